@@ -1,0 +1,273 @@
+"""The one place that runs subprocesses.
+
+Every command is an argument list (never a shell string), runs with a timeout, and is
+recorded in a transcript that goes into the result bundle, so a user can replay any
+step by hand.  A command can run inside a Mininet host's namespaces (``host=``): it is
+then prefixed with ``mnexec -a <pid>``, Mininet's own namespace-attach helper.
+
+Typical use::
+
+    runner = CommandRunner()
+    out = runner.run(["tc", "qdisc", "show"]).stdout
+    proc = runner.spawn(["tcpdump", "-i", "h1-eth0", "-w", "x.pcap"], host=h1, log=path)
+    ...
+    proc.stop()
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Protocol
+
+from testbed.errors import CommandError, CommandTimeout, MissingFeatureError
+
+DEFAULT_TIMEOUT = 60.0
+STDERR_TAIL = 2000
+
+
+class Namespaced(Protocol):
+    """Anything with a name and the pid of a process inside its namespaces (a Mininet Node)."""
+
+    name: str
+    pid: int
+
+
+@dataclass
+class Result:
+    """The outcome of a finished command."""
+
+    argv: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+    duration: float
+
+
+@dataclass
+class TranscriptEntry:
+    """One line of the transcript: what ran, where, when and how it ended."""
+
+    t_wall: float
+    argv: list[str]
+    where: str
+    returncode: int | None
+    duration: float
+    kind: str = "run"  # run | spawn | stop | dry-run
+    stderr_tail: str = ""
+
+
+@dataclass
+class Transcript:
+    """An append-only, thread-safe log of every command the runner handled."""
+
+    entries: list[TranscriptEntry] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, entry: TranscriptEntry) -> None:
+        with self._lock:
+            self.entries.append(entry)
+
+    def to_jsonl(self) -> str:
+        with self._lock:
+            return "".join(json.dumps(asdict(e)) + "\n" for e in self.entries)
+
+    def as_shell(self) -> str:
+        """The transcript as a replayable shell script (one command a line)."""
+        import shlex
+
+        lines = ["#!/bin/sh", "# commands run by the testbed, in order"]
+        with self._lock:
+            for e in self.entries:
+                if e.kind == "stop":
+                    continue
+                prefix = "" if e.where == "root" else f"# in {e.where}: "
+                suffix = " &" if e.kind == "spawn" else ""
+                lines.append(prefix + shlex.join(e.argv) + suffix)
+        return "\n".join(lines) + "\n"
+
+    def write(self, path: Path) -> None:
+        path.write_text(self.to_jsonl())
+
+
+def in_namespace(argv: Sequence[str], host: Namespaced | None) -> list[str]:
+    """Prefix argv so that it runs in host's network and mount namespaces.
+
+    argv: the command; host: a Mininet node (or None for the root namespace).
+    """
+    if host is None:
+        return list(argv)
+    return ["mnexec", "-a", str(host.pid), *argv]
+
+
+class Process:
+    """A background process started by `CommandRunner.spawn`; stop it with `stop()`."""
+
+    def __init__(self, popen: subprocess.Popen, argv: list[str], where: str,
+                 runner: CommandRunner, log: IO | None):
+        self.popen = popen
+        self.argv = argv
+        self.where = where
+        self._runner = runner
+        self._log = log
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def running(self) -> bool:
+        return self.popen.poll() is None
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the process to exit; return its exit status."""
+        try:
+            return self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            raise CommandTimeout(self.argv, timeout or 0, where=self.where) from exc
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 5.0) -> int | None:
+        """Signal the process (SIGTERM by default), wait, then SIGKILL if needed.
+
+        Only this process (by its PID) is signalled, never a pattern.
+        """
+        rc = self.popen.poll()
+        if rc is None:
+            try:
+                self.popen.send_signal(sig)
+                rc = self.popen.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                rc = self.popen.wait(timeout=timeout)
+            except ProcessLookupError:
+                rc = self.popen.poll()
+        if self._log is not None and not self._log.closed:
+            self._log.close()
+        self._runner._forget(self)
+        self._runner.transcript.add(TranscriptEntry(time.time(), self.argv, self.where, rc, 0.0,
+                                                    kind="stop"))
+        return rc
+
+
+class CommandRunner:
+    """Runs commands as argument lists, with timeouts, raising `CommandError` on failure.
+
+    dry_run: record commands without running them (for ``testbed run --dry-run``).
+    """
+
+    def __init__(self, dry_run: bool = False, default_timeout: float = DEFAULT_TIMEOUT):
+        self.dry_run = dry_run
+        self.default_timeout = default_timeout
+        self.transcript = Transcript()
+        self._procs: list[Process] = []
+        self._lock = threading.Lock()
+
+    # -- foreground ---------------------------------------------------------------------
+    def run(self, argv: Sequence[str], *, host: Namespaced | None = None,
+            timeout: float | None = None, check: bool = True, input: str | None = None,
+            env: dict[str, str] | None = None, record: bool = True) -> Result:
+        """Run argv to completion and return its `Result`.
+
+        host: run inside this Mininet node's namespaces; timeout: seconds (default 60);
+        check: raise `CommandError` on a non-zero exit; input: text fed to stdin;
+        record: add the command to the transcript (off for polling loops).
+        """
+        full = in_namespace(argv, host)
+        where = host.name if host is not None else "root"
+        t0 = time.time()
+        if self.dry_run:
+            self.transcript.add(TranscriptEntry(t0, full, where, None, 0.0, kind="dry-run"))
+            return Result(full, 0, "", "", 0.0)
+        tmo = self.default_timeout if timeout is None else timeout
+        try:
+            cp = subprocess.run(full, capture_output=True, text=True, timeout=tmo, input=input,
+                                env=env, errors="replace",
+                                stdin=None if input is not None else subprocess.DEVNULL)
+        except FileNotFoundError as exc:
+            raise MissingFeatureError(
+                f"'{full[0]}' is not installed; run `make install` (scripts/install)") from exc
+        except subprocess.TimeoutExpired as exc:
+            err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else ""
+            if record:
+                self.transcript.add(TranscriptEntry(t0, full, where, None, time.time() - t0,
+                                                    stderr_tail=err[-STDERR_TAIL:]))
+            raise CommandTimeout(full, tmo, err[-STDERR_TAIL:], where) from exc
+        dur = time.time() - t0
+        if record:
+            self.transcript.add(TranscriptEntry(t0, full, where, cp.returncode, dur,
+                                                stderr_tail=cp.stderr[-STDERR_TAIL:]
+                                                if cp.returncode else ""))
+        if check and cp.returncode != 0:
+            raise CommandError(full, cp.returncode, cp.stderr[-STDERR_TAIL:], where)
+        return Result(full, cp.returncode, cp.stdout, cp.stderr, dur)
+
+    def ok(self, argv: Sequence[str], **kw) -> bool:
+        """True when argv exits 0 (never raises for a non-zero exit or a missing program)."""
+        try:
+            return self.run(argv, check=False, **kw).returncode == 0
+        except (MissingFeatureError, CommandTimeout):
+            return False
+
+    # -- background ---------------------------------------------------------------------
+    def spawn(self, argv: Sequence[str], *, host: Namespaced | None = None,
+              log: Path | None = None, stdout: Path | None = None,
+              env: dict[str, str] | None = None) -> Process:
+        """Start argv in the background and track it until `Process.stop`.
+
+        log: file for stderr (and stdout unless ``stdout`` is given); stdout: separate file.
+        """
+        full = in_namespace(argv, host)
+        where = host.name if host is not None else "root"
+        t0 = time.time()
+        if self.dry_run:
+            self.transcript.add(TranscriptEntry(t0, full, where, None, 0.0, kind="dry-run"))
+            popen = subprocess.Popen(["true"])
+            return Process(popen, full, where, self, None)
+        logf = open(log, "ab") if log is not None else None  # noqa: SIM115
+        outf = open(stdout, "wb") if stdout is not None else None  # noqa: SIM115
+        try:
+            popen = subprocess.Popen(
+                full, stdin=subprocess.DEVNULL,
+                stdout=outf if outf is not None else (logf or subprocess.DEVNULL),
+                stderr=logf or subprocess.DEVNULL, env=env, start_new_session=True)
+        except FileNotFoundError as exc:
+            for f in (logf, outf):
+                if f:
+                    f.close()
+            raise MissingFeatureError(
+                f"'{full[0]}' is not installed; run `make install` (scripts/install)") from exc
+        if outf is not None:
+            outf.close()  # the child holds its own descriptor
+        proc = Process(popen, full, where, self, logf)
+        with self._lock:
+            self._procs.append(proc)
+        self.transcript.add(TranscriptEntry(t0, full, where, None, 0.0, kind="spawn"))
+        return proc
+
+    def _forget(self, proc: Process) -> None:
+        with self._lock:
+            if proc in self._procs:
+                self._procs.remove(proc)
+
+    def running(self) -> list[Process]:
+        """Background processes started here and not yet stopped."""
+        with self._lock:
+            return list(self._procs)
+
+    def stop_all(self, timeout: float = 5.0) -> None:
+        """Stop every background process this runner started (newest first)."""
+        for proc in reversed(self.running()):
+            proc.stop(timeout=timeout)
+
+
+def which(program: str) -> str | None:
+    """Path of program on PATH (also looking in the sbin directories), or None."""
+    extra = os.pathsep.join(["/usr/local/sbin", "/usr/sbin", "/sbin"])
+    return shutil.which(program, path=os.environ.get("PATH", "") + os.pathsep + extra)

@@ -1,0 +1,89 @@
+"""The testbed's one exception tree.
+
+::
+
+    TestbedError                      base of everything the testbed raises on purpose
+    ├── InputError                    the user's input is wrong; CLI: one line, exit 2
+    │   ├── SpecError                 a spec file / override / sweep is malformed
+    │   ├── UnitError                 a "10Mbit" / "25us" / "1%" / "64KiB" string is malformed
+    │   ├── CaptureFormatError        a pcap/pcapng is truncated or corrupt
+    │   └── UnsupportedError          asked for something this kernel/host cannot do
+    │                                 (unknown congestion control, missing scheduler, ...)
+    ├── MissingFeatureError           the machine lacks a tool or kernel feature; CLI: exit 2
+    ├── CommandError                  a subprocess failed (carries argv, exit code, stderr tail)
+    │   └── CommandTimeout            ... or ran past its timeout
+    └── RunError                      a run failed at runtime (controller died, network down, ...)
+
+`InputError` and `MissingFeatureError` are "the user can fix this" errors: the CLI
+prints ``error: <message>`` and exits with code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class TestbedError(Exception):
+    """Base of every error the testbed raises deliberately."""
+
+    exit_code = 1
+
+
+class InputError(TestbedError):
+    """Bad user input: the message names what is wrong and how to fix it."""
+
+    exit_code = 2
+
+
+class SpecError(InputError):
+    """A malformed experiment spec, override or sweep."""
+
+
+class UnitError(InputError):
+    """A malformed quantity string such as ``"10Mbps"``."""
+
+
+class CaptureFormatError(InputError):
+    """A truncated or corrupt capture file."""
+
+
+class UnsupportedError(InputError):
+    """A request this host cannot satisfy (e.g. an unavailable congestion control)."""
+
+
+class MissingFeatureError(TestbedError):
+    """A missing tool or kernel feature; the message names the remedy."""
+
+    exit_code = 2
+
+
+class RunError(TestbedError):
+    """A run failed while it was executing."""
+
+
+class CommandError(TestbedError):
+    """A subprocess exited non-zero.
+
+    argv: the command as run; returncode: its exit status; stderr: the tail of its stderr.
+    """
+
+    def __init__(self, argv: Sequence[str], returncode: int, stderr: str = "", where: str = ""):
+        self.argv = list(argv)
+        self.returncode = returncode
+        self.stderr = stderr
+        self.where = where
+        tail = stderr.strip().splitlines()[-3:] if stderr else []
+        loc = f" in {where}" if where else ""
+        msg = f"command failed{loc} (exit {returncode}): {' '.join(self.argv)}"
+        if tail:
+            msg += " -- " + " | ".join(tail)
+        super().__init__(msg)
+
+
+class CommandTimeout(CommandError):
+    """A subprocess ran past its timeout and was killed."""
+
+    def __init__(self, argv: Sequence[str], timeout: float, stderr: str = "", where: str = ""):
+        super().__init__(argv, -9, stderr, where)
+        self.timeout = timeout
+        self.args = (f"command timed out after {timeout:g}s: {' '.join(self.argv)}",)
