@@ -72,6 +72,9 @@ def vm(ctx: typer.Context,
     raise typer.Exit(code)
 
 
+__import__("testbed.runcli", fromlist=["register"]).register(app)  # testbed run / query
+
+
 def main() -> None:
     """Console-script entry point."""
     try:

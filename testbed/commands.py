@@ -208,6 +208,40 @@ class CommandRunner:
             raise CommandError(full, cp.returncode, cp.stderr[-STDERR_TAIL:], where)
         return Result(full, cp.returncode, cp.stdout, cp.stderr, dur)
 
+    def call(self, argv: Sequence[str], *, host: Namespaced | None = None,
+             env: dict[str, str] | None = None, timeout: float | None = None) -> int:
+        """Run argv with its output streamed to ours (not captured); return its exit code.
+
+        For long interactive steps (a VM, a nested CLI). host/env/timeout as in `run`;
+        timeout None waits forever.
+        """
+        full = in_namespace(argv, host)
+        where = host.name if host is not None else "root"
+        t0 = time.time()
+        if self.dry_run:
+            self.transcript.add(TranscriptEntry(t0, full, where, None, 0.0, kind="dry-run"))
+            return 0
+        try:
+            proc = subprocess.Popen(full, env=env)
+        except FileNotFoundError as exc:
+            raise MissingFeatureError(
+                f"'{full[0]}' is not installed; run `make install` (scripts/install)") from exc
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            proc.kill()
+            proc.wait()
+            raise CommandTimeout(full, timeout or 0, where=where) from exc
+        except KeyboardInterrupt:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            raise
+        self.transcript.add(TranscriptEntry(t0, full, where, rc, time.time() - t0, kind="run"))
+        return rc
+
     def ok(self, argv: Sequence[str], **kw) -> bool:
         """True when argv exits 0 (never raises for a non-zero exit or a missing program)."""
         try:

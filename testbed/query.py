@@ -1,0 +1,105 @@
+"""``testbed query DIR "SQL"``: DuckDB over the result bundles of an output directory.
+
+Views (each table has a ``run_id`` column to join on):
+
+* ``runs``       one row per bundle: run_id, name, status, repetition, seed, times, error,
+                 path, the swept parameters (columns named after their dotted keys, quote
+                 them in SQL: ``"transport.cc"``) and the headline metrics.
+* ``flows``, ``timeseries``, ``cwnd``, ``ping``, ``events``: the bundles'
+  ``metrics/<view>.parquet`` of every *complete* run, stacked (columns as in
+  ``docs/results.md``).
+
+Example::
+
+    testbed query results/p2 'SELECT r."transport.cc", avg(f.throughput_bps)/1e6 AS mbps
+                              FROM runs r JOIN flows f USING (run_id) GROUP BY 1'
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from testbed.errors import InputError
+from testbed.results import COMPLETE, METRIC_TABLES, bundles, runs_frame
+
+
+def _sql_str(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def connect(out: Path) -> Any:
+    """An in-memory DuckDB connection with the views over DIR's bundles.
+
+    out: the output directory of `testbed run`.
+    """
+    import duckdb
+
+    out = Path(out)
+    if not out.is_dir():
+        raise InputError(f"{out}: no such results directory; give the --out DIR of "
+                         "`testbed run`")
+    con = duckdb.connect(":memory:")
+    runs = runs_frame(out)
+    con.register("runs_frame", runs)
+    con.execute("CREATE VIEW runs AS SELECT * FROM runs_frame")
+    complete = [b for b in bundles(out) if b.status() == COMPLETE]
+    for table in METRIC_TABLES:
+        files = [b.metrics_dir / f"{table}.parquet" for b in complete]
+        files = [f for f in files if f.is_file()]
+        con.execute(f"CREATE VIEW {table} AS {_table_sql(con, files)}")
+    return con
+
+
+def _table_sql(con: Any, files: list[Path]) -> str:
+    """SQL selecting the stacked files with a leading run_id column (from the folder name)."""
+    if not files:
+        return "SELECT NULL::VARCHAR AS run_id WHERE false"
+    listing = "[" + ", ".join(_sql_str(str(f)) for f in files) + "]"
+    source = f"read_parquet({listing}, union_by_name = true, filename = true)"
+    cols = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()]
+    run_id = r"regexp_extract(filename, '([^/]+)/metrics/[^/]+$', 1)"
+    exclude = ["filename"] + (["run_id"] if "run_id" in cols else [])
+    return (f"SELECT {run_id} AS run_id, * EXCLUDE ({', '.join(exclude)}) FROM {source}")
+
+
+def run_query(out: Path, sql: str):
+    """Run sql over DIR's views; return a pandas DataFrame.
+
+    out: the output directory; sql: one DuckDB SQL statement.
+    """
+    import duckdb
+
+    con = connect(out)
+    try:
+        return con.execute(sql).df()
+    except duckdb.Error as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(f"query: {first} (views: runs, {', '.join(METRIC_TABLES)})") \
+            from None
+    finally:
+        con.close()
+
+
+def render_table(df: Any, max_rows: int = 200) -> Any:
+    """A rich Table of a DataFrame (first max_rows rows)."""
+    from rich.table import Table
+
+    table = Table(show_header=True, header_style="bold")
+    for col in df.columns:
+        table.add_column(str(col), overflow="fold")
+    for row in df.head(max_rows).itertuples(index=False):
+        table.add_row(*(_cell(v) for v in row))
+    if len(df) > max_rows:
+        table.caption = f"{len(df) - max_rows} more rows (use --csv for all)"
+    return table
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        if value != value:
+            return ""
+        return f"{value:.6g}"
+    return str(value)

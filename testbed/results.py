@@ -1,0 +1,476 @@
+"""Result bundles: atomic files, run status, resume, and ``summary.parquet``.
+
+Layout of an output directory (see ``docs/results.md``)::
+
+    DIR/
+      summary.parquet            one row per run (rewritten atomically after every run)
+      <run-id>/                  one bundle per run
+        spec.toml  metadata.json  transcript.jsonl  commands.sh
+        pcap/  logs/  samples/  metrics/
+      _attempts/<run-id>/<n>-<status>/   earlier unfinished attempts, moved aside, never deleted
+
+A bundle's ``metadata.json`` is its commit record. It is written (atomically) with
+``status = "running"`` when the run starts and rewritten once at the end with the final
+status (``complete`` / ``failed`` / ``interrupted``) and a manifest of every file in the
+bundle with its size. A bundle is complete only when its status says so *and* every
+manifest file is present with that size; anything else is redone by the next
+``testbed run`` into the same DIR, after the old attempt has been moved to ``_attempts``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from testbed.errors import InputError, MissingFeatureError, RunError, TestbedError
+
+RUNNING = "running"
+COMPLETE = "complete"
+FAILED = "failed"
+INTERRUPTED = "interrupted"
+STATUSES = (RUNNING, COMPLETE, FAILED, INTERRUPTED)
+
+METRIC_TABLES = ("flows", "timeseries", "cwnd", "ping", "events")
+ALWAYS_REQUIRED = ("spec.toml", "transcript.jsonl",
+                   *(f"metrics/{t}.parquet" for t in METRIC_TABLES))
+SUMMARY = "summary.parquet"
+ATTEMPTS = "_attempts"
+LOCK = ".testbed-run.lock"
+
+
+# ---------------------------------------------------------------------------------------
+# atomic files
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write data to path so that readers see either the old file or the whole new one.
+
+    path: destination; data: the full contents. (Temp file in the same directory, fsync,
+    rename, fsync of the directory.)
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """`atomic_write_bytes` for UTF-8 text."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    """Write obj as indented JSON, atomically (non-JSON values become strings)."""
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+# ---------------------------------------------------------------------------------------
+# one bundle
+
+
+class Bundle:
+    """The folder of one run: paths of its parts and its status.
+
+    root: ``DIR/<run-id>``.
+    """
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    @property
+    def run_id(self) -> str:
+        return self.root.name
+
+    @property
+    def spec_path(self) -> Path:
+        return self.root / "spec.toml"
+
+    @property
+    def metadata_path(self) -> Path:
+        return self.root / "metadata.json"
+
+    @property
+    def transcript_path(self) -> Path:
+        return self.root / "transcript.jsonl"
+
+    @property
+    def pcap_dir(self) -> Path:
+        return self.root / "pcap"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def samples_dir(self) -> Path:
+        return self.root / "samples"
+
+    @property
+    def metrics_dir(self) -> Path:
+        return self.root / "metrics"
+
+    def create(self) -> None:
+        """Make the bundle folder and its sub-folders."""
+        for d in (self.root, self.pcap_dir, self.logs_dir, self.samples_dir, self.metrics_dir):
+            d.mkdir(parents=True, exist_ok=True)
+
+    def read_metadata(self) -> dict[str, Any] | None:
+        """metadata.json as a dict, or None when missing or unreadable."""
+        try:
+            meta = json.loads(self.metadata_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return meta if isinstance(meta, dict) else None
+
+    def write_metadata(self, meta: dict[str, Any]) -> None:
+        """Replace metadata.json atomically."""
+        atomic_write_json(self.metadata_path, meta)
+
+    def manifest(self) -> dict[str, int]:
+        """Every file in the bundle (relative path -> size), metadata.json excepted."""
+        out: dict[str, int] = {}
+        for path in sorted(self.root.rglob("*")):
+            if path.is_file() and path != self.metadata_path and not path.name.endswith(".tmp"):
+                out[path.relative_to(self.root).as_posix()] = path.stat().st_size
+        return out
+
+    def missing(self, required: tuple[str, ...] | list[str] = ALWAYS_REQUIRED) -> list[str]:
+        """The required files that are not in the bundle."""
+        return [r for r in required if not (self.root / r).is_file()]
+
+    def status(self) -> str:
+        """``missing``, ``running``, ``complete``, ``failed``, ``interrupted`` or ``broken``.
+
+        ``complete`` is only returned when every file of the manifest is present with its
+        recorded size; a bundle that claims completeness but is not is ``broken``.
+        """
+        if not self.root.exists():
+            return "missing"
+        meta = self.read_metadata()
+        if meta is None:
+            return "broken"
+        status = meta.get("status")
+        if status == COMPLETE:
+            files = meta.get("files")
+            if not isinstance(files, dict) or self.missing():
+                return "broken"
+            for rel, size in files.items():
+                p = self.root / rel
+                if not p.is_file() or p.stat().st_size != size:
+                    return "broken"
+            return COMPLETE
+        return status if status in STATUSES else "broken"
+
+    def is_complete(self) -> bool:
+        """True when the run finished and everything it wrote is in place."""
+        return self.status() == COMPLETE
+
+
+def move_aside(out: Path, bundle: Bundle) -> Path:
+    """Move an unfinished bundle to ``DIR/_attempts/<run-id>/<n>-<status>/``; return it."""
+    status = bundle.status()
+    base = Path(out) / ATTEMPTS / bundle.run_id
+    base.mkdir(parents=True, exist_ok=True)
+    n = 1 + max((int(p.name.split("-", 1)[0]) for p in base.iterdir()
+                 if p.name.split("-", 1)[0].isdigit()), default=0)
+    dest = base / f"{n}-{status}"
+    shutil.move(str(bundle.root), str(dest))
+    return dest
+
+
+@contextlib.contextmanager
+def locked(out: Path) -> Iterator[None]:
+    """Hold an exclusive lock on DIR so that two sweeps never write into it at once."""
+    import fcntl
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / LOCK
+    f = open(path, "a+")  # noqa: SIM115 - held for the whole block
+    try:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "?"
+            raise InputError(f"{out}: another `testbed run` (pid {holder}) is writing here; "
+                             "wait for it or use another --out") from None
+        f.seek(0)
+        f.truncate()
+        f.write(str(os.getpid()))
+        f.flush()
+        yield
+    finally:
+        f.close()
+
+
+# ---------------------------------------------------------------------------------------
+# the runs table and summary.parquet
+
+
+def bundles(out: Path) -> list[Bundle]:
+    """Every bundle directly under DIR (folders with a metadata.json), sorted by name."""
+    out = Path(out)
+    if not out.is_dir():
+        return []
+    return [Bundle(p) for p in sorted(out.iterdir())
+            if p.is_dir() and not p.name.startswith(("_", ".")) and (p / "metadata.json").exists()]
+
+
+def _flat(prefix: str, value: Any, into: dict[str, Any]) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _flat(f"{prefix}.{k}" if prefix else str(k), v, into)
+    else:
+        into[prefix] = value
+
+
+def run_row(bundle: Bundle) -> dict[str, Any]:
+    """One row of the runs table: identity, status, times, swept values, headline metrics."""
+    meta = bundle.read_metadata() or {}
+    row: dict[str, Any] = {
+        "run_id": bundle.run_id,
+        "name": meta.get("name"),
+        "status": bundle.status(),
+        "repetition": meta.get("repetition"),
+        "seed": meta.get("seed"),
+        "started": meta.get("started"),
+        "ended": meta.get("ended"),
+        "wall_s": meta.get("wall_s"),
+        "error": meta.get("error"),
+        "path": str(bundle.root),
+    }
+    for key, value in (meta.get("params") or {}).items():
+        row[key] = value
+    headline: dict[str, Any] = {}
+    _flat("", meta.get("headline") or {}, headline)
+    for key, value in headline.items():
+        row.setdefault(key, value)
+    return row
+
+
+def runs_frame(out: Path):
+    """The runs table (a pandas DataFrame) built from every bundle's metadata.json."""
+    import pandas as pd
+
+    rows = [run_row(b) for b in bundles(out)]
+    df = pd.DataFrame(rows, columns=None if rows else
+                      ["run_id", "name", "status", "repetition", "seed", "started", "ended",
+                       "wall_s", "error", "path"])
+    for col in df.columns:
+        df[col] = _uniform(df[col])
+    return df
+
+
+def _uniform(col):
+    """Make a column storable in parquet: one scalar type, else JSON text."""
+    values = [v for v in col if v is not None and v == v]
+    kinds = {type(v) for v in values}
+    if kinds == {int, float}:
+        return col.astype("float64")
+    if len(kinds) <= 1 and not kinds & {list, dict}:
+        return col
+    return col.map(lambda v: None if v is None else
+                   (v if isinstance(v, str) else json.dumps(v, sort_keys=True)))
+
+
+def write_summary(out: Path) -> Path:
+    """Rewrite ``DIR/summary.parquet`` (atomically) from the bundles; return its path."""
+    import io
+
+    df = runs_frame(out)
+    buf = io.BytesIO()
+    df.to_parquet(buf, index=False)
+    path = Path(out) / SUMMARY
+    atomic_write_bytes(path, buf.getvalue())
+    return path
+
+
+def now_iso(t: float | None = None) -> str:
+    """A UTC ISO-8601 timestamp (seconds precision) for metadata."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if t is None else t))
+
+
+# ---------------------------------------------------------------------------------------
+# a sweep: resume, failures, interruption
+
+
+class Progress(Protocol):
+    """What the sweep loop reports to (a progress bar, plain lines, or nothing)."""
+
+    def start(self, total: int, skipped: int) -> None: ...
+    def begin(self, index: int, run_id: str) -> None: ...
+    def phase(self, text: str) -> None: ...
+    def end(self, run_id: str, status: str, wall_s: float, error: str | None) -> None: ...
+    def close(self) -> None: ...
+
+
+class NoProgress:
+    """A `Progress` that reports nothing."""
+
+    def start(self, total: int, skipped: int) -> None:
+        pass
+
+    def begin(self, index: int, run_id: str) -> None:
+        pass
+
+    def phase(self, text: str) -> None:
+        pass
+
+    def end(self, run_id: str, status: str, wall_s: float, error: str | None) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class PlanLike(Protocol):
+    """The parts of `testbed.sweep.RunPlan` the sweep loop uses."""
+
+    run_id: str
+    repetition: int
+    seed: int
+    params: dict[str, Any]
+
+    def resolved_toml(self) -> str: ...
+
+
+# execute(plan, bundle, meta, phase) runs one experiment into bundle, adds what it learns
+# to meta (versions, sysctls, ...), calls phase("...") as it goes, and returns the
+# headline metrics. It must clean up after itself before returning or raising.
+Execute = Callable[[Any, Bundle, dict[str, Any], Callable[[str], None]], "dict[str, Any] | None"]
+
+
+@dataclass
+class SweepReport:
+    """What a sweep did: counts, and the failed runs with their errors."""
+
+    out: Path
+    total: int = 0
+    skipped: int = 0
+    complete: int = 0
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    interrupted: str | None = None
+
+
+def run_sweep(plans: list[Any], out: Path, execute: Execute, *, fail_fast: bool = False,
+              progress: Progress | None = None, extra_meta: dict[str, Any] | None = None
+              ) -> SweepReport:
+    """Run every plan whose bundle is not complete; keep going past failures.
+
+    plans: `RunPlan`s in order; out: the output DIR; execute: runs one plan (see `Execute`);
+    fail_fast: stop (re-raising) at the first failed run; progress: where to report;
+    extra_meta: added to every metadata.json (e.g. the command line).
+    A KeyboardInterrupt marks the current run ``interrupted``, updates the summary and is
+    re-raised. A `MissingFeatureError` stops the sweep (every later run would fail too).
+    """
+    progress = progress or NoProgress()
+    out = Path(out)
+    report = SweepReport(out=out, total=len(plans))
+    with locked(out):
+        todo = [(i, p) for i, p in enumerate(plans)
+                if not Bundle(out / p.run_id).is_complete()]
+        report.skipped = len(plans) - len(todo)
+        progress.start(len(plans), report.skipped)
+        current: str | None = None
+        try:
+            for index, plan in todo:
+                current = plan.run_id
+                progress.begin(index, plan.run_id)
+                status, error, wall, exc = _one_run(plan, out, execute, progress,
+                                                    extra_meta or {})
+                progress.end(plan.run_id, status, wall, error)
+                if status == COMPLETE:
+                    report.complete += 1
+                    continue
+                report.failed.append((plan.run_id, error or status))
+                if exc is not None and (fail_fast or isinstance(exc, MissingFeatureError)):
+                    raise exc
+        except KeyboardInterrupt:
+            report.interrupted = current
+            raise
+        finally:
+            progress.close()
+            write_summary(out)
+    return report
+
+
+def _one_run(plan: Any, out: Path, execute: Execute, progress: Progress,
+             extra_meta: dict[str, Any]) -> tuple[str, str | None, float, Exception | None]:
+    """Run one plan into a fresh bundle; return (status, error, wall seconds, exception)."""
+    bundle = Bundle(out / plan.run_id)
+    if bundle.root.exists():
+        move_aside(out, bundle)
+    bundle.create()
+    atomic_write_text(bundle.spec_path, plan.resolved_toml())
+    t_start = time.time()
+    meta: dict[str, Any] = {
+        "run_id": plan.run_id, "name": plan.spec.name, "status": RUNNING,
+        "repetition": plan.repetition, "seed": plan.seed, "params": dict(plan.params),
+        "started": now_iso(t_start), "t_started": t_start, **extra_meta,
+    }
+    bundle.write_metadata(meta)
+    try:
+        headline = execute(plan, bundle, meta, progress.phase)
+    except KeyboardInterrupt:
+        _finish(bundle, meta, INTERRUPTED, "interrupted (Ctrl-C or SIGTERM); cleanup finished",
+                t_start)
+        raise
+    except Exception as exc:
+        error = str(exc) if isinstance(exc, TestbedError) else f"{type(exc).__name__}: {exc}"
+        _finish(bundle, meta, FAILED, error, t_start, exc)
+        return FAILED, error, time.time() - t_start, exc
+    meta["headline"] = headline or {}
+    missing = bundle.missing()
+    if missing:
+        error = "the bundle is incomplete: missing " + ", ".join(missing)
+        _finish(bundle, meta, FAILED, error, t_start)
+        return FAILED, error, time.time() - t_start, RunError(f"{plan.run_id}: {error}")
+    _finish(bundle, meta, COMPLETE, None, t_start)
+    return COMPLETE, None, time.time() - t_start, None
+
+
+def _finish(bundle: Bundle, meta: dict[str, Any], status: str, error: str | None,
+            t_start: float, exc: BaseException | None = None) -> None:
+    t_end = time.time()
+    if exc is not None:
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        with contextlib.suppress(OSError):
+            bundle.logs_dir.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(bundle.logs_dir / "error.log", tb)
+    meta.update(status=status, error=error, ended=now_iso(t_end), t_ended=t_end,
+                wall_s=round(t_end - t_start, 3))
+    meta["files"] = bundle.manifest()
+    bundle.write_metadata(meta)

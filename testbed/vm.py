@@ -1,0 +1,174 @@
+"""Run a command inside a VM that boots the distribution kernel (``testbed vm -- CMD``).
+
+Some hosts (containers, CI sandboxes, minimal cloud kernels) lack ``sch_netem`` or the
+``openvswitch`` module.  virtme-ng (``vng``) boots the installed stock kernel over the
+host's own filesystem, so the VM sees the checkout, the venv and every installed tool.
+The checkout stays writable (``--rw``); ``/tmp`` inside the VM is a private overlay.
+
+KVM is used when it works with the stock kernel (probed once per kernel and cached);
+otherwise the VM runs under software emulation (TCG), which is slower but complete.
+Inside the VM, `testbed.vm_guest` loads the kernel modules, starts private Open vSwitch
+daemons (their database lives in the VM's tmpfs, never in the host's ``/etc``), runs the
+command and returns its exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from testbed.commands import CommandRunner, which
+from testbed.errors import InputError, MissingFeatureError
+
+PASS_ENV = ("CI", "PYTHONUNBUFFERED", "TERM", "COLUMNS", "NO_COLOR", "FORCE_COLOR",
+            "PYTEST_ADDOPTS")
+KVM_PROBE_TIMEOUT = 40.0
+
+
+def _version_key(path: Path) -> list:
+    parts = re.split(r"[.\-+~]", path.name.removeprefix("vmlinuz-"))
+    return [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in parts]
+
+
+def find_kernel(kernel: Path | None = None, boot: Path = Path("/boot")) -> Path:
+    """The kernel image to boot: kernel if given, else the newest ``/boot/vmlinuz-*``.
+
+    kernel: explicit image path; boot: where distribution kernels are installed.
+    """
+    if kernel is not None:
+        if not kernel.is_file():
+            raise InputError(f"--kernel {kernel}: no such kernel image")
+        return kernel
+    images = sorted(boot.glob("vmlinuz-*"), key=_version_key)
+    if not images:
+        raise MissingFeatureError(
+            f"no distribution kernel in {boot}; run `scripts/install --vm` "
+            "(installs linux-image-amd64 / linux-image-generic)")
+    return images[-1]
+
+
+def find_vng() -> str:
+    """Path of the ``vng`` command (the project's venv first)."""
+    here = Path(sys.prefix) / "bin" / "vng"
+    if here.exists():
+        return str(here)
+    found = which("vng")
+    if found is None:
+        raise MissingFeatureError("virtme-ng (vng) is not installed; run `scripts/install --vm`")
+    return found
+
+
+def vng_env() -> dict[str, str]:
+    """Environment for vng: its helper commands (virtme-run, ...) live next to it."""
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(Path(sys.prefix) / "bin"), env.get("PATH", "")])
+    return env
+
+
+def _cache_file() -> Path:
+    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return base / "multipath-testbed" / "kvm-probe.json"
+
+
+def kvm_works(runner: CommandRunner, vng: str, kernel: Path, refresh: bool = False) -> bool:
+    """Whether KVM boots this stock kernel here (probed once, result cached per kernel).
+
+    runner: command runner; vng: vng path; kernel: image; refresh: ignore the cache.
+    """
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        return False
+    cache = _cache_file()
+    key = f"{kernel}:{kernel.stat().st_mtime_ns}"
+    data: dict = {}
+    if cache.exists():
+        try:
+            data = json.loads(cache.read_text())
+        except ValueError:
+            data = {}
+    if not refresh and key in data:
+        return bool(data[key])
+    ok = False
+    try:
+        res = runner.run([vng, "--run", str(kernel), "--memory", "512M", "--cpus", "1",
+                          "--", "true"], timeout=KVM_PROBE_TIMEOUT, check=False,
+                         env=vng_env())
+        ok = res.returncode == 0
+    except Exception:  # timeouts and hangs mean "KVM does not work here"
+        ok = False
+    data[key] = ok
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps(data, indent=1))
+    return ok
+
+
+def guest_command(cmd: list[str], env: dict[str, str] | None = None) -> str:
+    """The shell line the VM runs: the guest helper around cmd, with passed-through env.
+
+    cmd: the user's command; env: environment of the caller (defaults to os.environ).
+    """
+    env = dict(os.environ if env is None else env)
+    passed = {k: env[k] for k in PASS_ENV if k in env}
+    passed.update({k: v for k, v in env.items() if k.startswith("TESTBED_")})
+    passed["TESTBED_IN_VM"] = "1"
+    passed["PATH"] = os.pathsep.join([str(Path(sys.prefix) / "bin"), "/usr/local/sbin",
+                                      "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"])
+    assigns = [f"{k}={v}" for k, v in sorted(passed.items())]
+    py = str(Path(sys.prefix) / "bin" / "python")
+    return shlex.join(["env", *assigns, py, "-m", "testbed.vm_guest", "--", *cmd])
+
+
+def vng_argv(vng: str, kernel: Path, memory: str, cpus: int, kvm: bool, inner: str) -> list[str]:
+    """The vng invocation (pure).
+
+    vng: vng path; kernel: image; memory: e.g. "2G"; cpus: count; kvm: use KVM;
+    inner: shell line to run in the guest.
+    """
+    argv = [vng, "--run", str(kernel), "--memory", memory, "--cpus", str(cpus), "--rw"]
+    if not kvm:
+        argv.append("--disable-kvm")
+    return [*argv, "--", inner]
+
+
+def run_in_vm(cmd: list[str], kernel: Path | None = None, memory: str = "2G", cpus: int = 2,
+              kvm: str = "auto", quiet: bool = False) -> int:
+    """Boot the VM, run cmd inside it with output streamed, return cmd's exit code.
+
+    cmd: command and arguments; kernel: image (default newest in /boot); memory: VM memory;
+    cpus: VM CPUs; kvm: "auto" (probe), "on" or "off"; quiet: no status line on stderr.
+    """
+    if not cmd:
+        raise InputError("testbed vm: no command given; use `testbed vm -- CMD ARGS...`")
+    if os.environ.get("TESTBED_IN_VM") == "1":
+        raise InputError("testbed vm: already inside the testbed VM; run the command directly")
+    if kvm not in ("auto", "on", "off"):
+        raise InputError(f"--kvm {kvm!r}: use auto, on or off")
+    if cpus < 1:
+        raise InputError(f"--cpus {cpus}: use 1 or more")
+    if not re.fullmatch(r"[0-9]+[MG]", memory):
+        raise InputError(f"--memory {memory!r}: use e.g. 2G or 1536M")
+    image = find_kernel(kernel)
+    vng = find_vng()
+    if which("qemu-system-x86_64") is None and which("qemu-system-aarch64") is None:
+        raise MissingFeatureError("qemu is not installed; run `scripts/install --vm`")
+    if which("busybox") is None:
+        raise MissingFeatureError("busybox is not installed (virtme-ng needs it for its "
+                                  "initramfs); run `scripts/install --vm`")
+    runner = CommandRunner()
+    use_kvm = {"on": True, "off": False}.get(kvm)
+    if use_kvm is None:
+        use_kvm = kvm_works(runner, vng, image)
+    if not quiet:
+        mode = "KVM" if use_kvm else "software emulation (TCG), slower"
+        print(f"testbed vm: booting {image.name} with {mode}, {cpus} CPUs, {memory}",
+              file=sys.stderr, flush=True)
+    t0 = time.time()
+    rc = runner.call(vng_argv(vng, image, memory, cpus, use_kvm, guest_command(cmd)),
+                     env=vng_env())
+    if not quiet:
+        print(f"testbed vm: exit {rc} after {time.time() - t0:.0f}s", file=sys.stderr, flush=True)
+    return rc
