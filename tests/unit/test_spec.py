@@ -1,0 +1,149 @@
+"""The spec models: parsing into base units, defaults, round trips through TOML."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from testbed.compat import tomllib
+from testbed.errors import SpecError
+from testbed.spec import (
+    BulkWorkload,
+    FatTreeTopology,
+    FlowsWorkload,
+    MultipathTopology,
+    describe_validation_error,
+    dotted,
+    format_duration_exact,
+    format_rate_exact,
+    format_size_exact,
+    spec_to_toml,
+    validate_spec,
+)
+from testbed.units import parse_duration
+
+SPEC = {
+    "name": "wifi-3g",
+    "duration": "30s",
+    "seed": 7,
+    "repetitions": 3,
+    "topology": {"kind": "multipath", "paths": [
+        {"name": "wifi", "bw": "4Mbit", "delay": "10ms", "queue": 100},
+        {"name": "3g", "bw": "384kbit", "delay": "60ms", "jitter": "5ms", "loss": "0.5%"}]},
+    "schedule": [{"at": "12s", "link": "wifi", "down": True},
+                 {"at": "20s", "link": "3g", "bw": "2Mbit", "delay": "25us"}],
+    "transport": {"protocol": "mptcp", "cc": "cubic", "rmem": "64KiB"},
+    "workload": [
+        {"kind": "bulk", "src": "client", "dst": "server", "size": "20MB"},
+        {"kind": "bulk", "src": "client", "dst": "server", "start": "5s", "via": "wifi",
+         "protocol": "tcp", "duration": "10s"},
+        {"kind": "cbr", "src": "server", "dst": "client", "rate": "1Mbit", "via": "3g"},
+        {"kind": "ping", "src": "client", "dst": "server", "interval": "200ms"},
+    ],
+    "capture": {"snaplen": 96},
+    "sweep": {"transport.cc": ["reno", "cubic"]},
+}
+
+
+def test_units_become_base_numbers():
+    exp = validate_spec(copy.deepcopy(SPEC))
+    topo = exp.topology
+    assert isinstance(topo, MultipathTopology)
+    assert topo.paths[0].bw == 4_000_000
+    assert topo.paths[1].bw == 384_000
+    assert topo.paths[0].delay == pytest.approx(0.010)
+    assert topo.paths[1].loss == pytest.approx(0.5)
+    assert topo.paths[0].queue == 100
+    assert exp.transport.rmem == 65536
+    assert exp.duration == 30.0
+    assert isinstance(exp.workload[0], BulkWorkload)
+    assert exp.workload[0].size == 20_000_000
+    assert exp.workload[2].rate == 1_000_000
+    assert exp.workload[3].interval == pytest.approx(0.2)
+    assert exp.schedule[1].changes() == {"bw": 2_000_000, "delay": pytest.approx(25e-6)}
+    assert exp.schedule[0].changes() == {"down": True}
+
+
+def test_defaults():
+    exp = validate_spec(copy.deepcopy(SPEC))
+    assert exp.controller_kind() == "none"
+    assert exp.capture.enabled and exp.sampler.enabled
+    assert exp.sampler.interval == pytest.approx(0.1)
+    assert exp.repetition_numbers() == [1, 2, 3]
+    assert exp.workload_name(0) == "bulk0"
+    assert exp.workload_name(3) == "ping3"
+
+
+def test_models_are_frozen():
+    exp = validate_spec(copy.deepcopy(SPEC))
+    with pytest.raises(Exception):  # noqa: B017 - pydantic's ValidationError
+        exp.name = "other"  # type: ignore[misc]
+
+
+def test_toml_round_trip_is_exact():
+    exp = validate_spec(copy.deepcopy(SPEC))
+    text = spec_to_toml(exp, header="a comment")
+    assert text.startswith("# a comment\n")
+    again = validate_spec(tomllib.loads(text))
+    assert again == exp
+    assert 'bw = "384kbit"' in text and 'delay = "25us"' in text and 'rmem = "64KiB"' in text
+
+
+@pytest.mark.parametrize(("fmt", "value", "text"), [
+    (format_rate_exact, 4_000_000, "4Mbit"), (format_rate_exact, 384_000, "384kbit"),
+    (format_rate_exact, 1_500, "1500bit"), (format_rate_exact, 10**9, "1Gbit"),
+    (format_duration_exact, 0.01, "10ms"), (format_duration_exact, 30.0, "30s"),
+    (format_duration_exact, parse_duration("25us"), "25us"), (format_duration_exact, 0.0, "0s"),
+    (format_size_exact, 65536, "64KiB"), (format_size_exact, 20_000_000, "20MB"),
+    (format_size_exact, 1500, "1500B"),
+])
+def test_exact_formatting(fmt, value, text):
+    assert fmt(value) == text
+
+
+def test_fattree_defaults_and_names():
+    exp = validate_spec({"name": "ft", "duration": "5s", "topology": {"kind": "fattree"},
+                         "workload": [{"kind": "flows", "pattern": "random", "count": 4,
+                                       "size": "200KB"}]})
+    assert isinstance(exp.topology, FatTreeTopology)
+    assert exp.controller_kind() == "ecmp"
+    assert exp.topology.host_names()[-1] == "S15"
+    assert len(exp.topology.switch_names()) == 20
+    assert isinstance(exp.workload[0], FlowsWorkload)
+
+
+def test_custom_topology_kind_is_accepted():
+    exp = validate_spec({"name": "c", "duration": "5s",
+                         "topology": {"kind": "mypkg.topos:Ring", "params": {"n": 4}},
+                         "workload": [{"kind": "ping", "src": "h1", "dst": "h2"}]})
+    assert exp.topology.kind == "mypkg.topos:Ring"
+    assert exp.topology.params == {"n": 4}
+
+
+def test_repetition_and_repetitions_conflict():
+    data = copy.deepcopy(SPEC)
+    data["repetition"] = 2
+    with pytest.raises(SpecError, match="repetition"):
+        validate_spec(data, "s.toml")
+
+
+def test_dotted_drops_union_tags():
+    data = {"topology": {"kind": "multipath", "paths": [{}, {"bw": "x"}]}}
+    assert dotted(("topology", "multipath", "paths", 1, "bw"), data) == "topology.paths[1].bw"
+    assert dotted(("workload", 0, "bulk", "size"), {"workload": [{"kind": "bulk"}]}) \
+        == "workload[0].size"
+
+
+def test_describe_reports_how_many_more():
+    from pydantic import ValidationError
+
+    from testbed.spec import Experiment
+
+    data = {"name": "x", "duration": "1s", "topology": {"kind": "multipath", "paths": [
+        {"name": "a", "bw": "1Mbps"}, {"name": "b", "bw": "2Mbps"}]},
+        "workload": [{"kind": "ping", "src": "client", "dst": "server"}]}
+    with pytest.raises(ValidationError) as info:
+        Experiment.model_validate(data)
+    line = describe_validation_error(info.value, data)
+    assert line.startswith("topology.paths[0].bw:") and "(and 1 more problem)" in line

@@ -1,0 +1,181 @@
+"""Malformed specs: each gives exit code 2 and one line naming the file and the key."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomli_w
+from typer.testing import CliRunner
+
+from testbed.cli import app
+
+BASE: dict[str, Any] = {
+    "name": "mini",
+    "duration": "10s",
+    "seed": 1,
+    "topology": {"kind": "multipath", "paths": [
+        {"name": "wifi", "bw": "4Mbit", "delay": "10ms", "queue": 100},
+        {"name": "3g", "bw": "4Mbit", "delay": "60ms", "jitter": "5ms", "loss": "0.5%"}]},
+    "transport": {"protocol": "mptcp", "cc": "cubic"},
+    "workload": [{"kind": "bulk", "src": "client", "dst": "server", "size": "2MB"},
+                 {"kind": "ping", "src": "client", "dst": "server", "interval": "200ms",
+                  "protocol_hint": None}],
+    "schedule": [{"at": "5s", "link": "wifi", "down": True}],
+}
+del BASE["workload"][1]["protocol_hint"]
+
+FATTREE: dict[str, Any] = {
+    "name": "ft", "duration": "10s",
+    "topology": {"kind": "fattree", "k": 4, "bw": "10Mbit"},
+    "controller": {"kind": "ecmp"},
+    "workload": [{"kind": "flows", "pattern": "incast", "src": ["S0", "S1"], "dst": "S15",
+                  "size": "200KB"}],
+}
+
+
+def _set(path: str, value: Any, base: dict[str, Any] = BASE) -> Callable[[], dict]:
+    def make() -> dict:
+        data = copy.deepcopy(base)
+        node: Any = data
+        parts = path.split(".")
+        for p in parts[:-1]:
+            node = node[int(p)] if p.isdigit() else node.setdefault(p, {})
+        last = parts[-1]
+        if value is _DELETE:
+            del node[int(last) if last.isdigit() else last]
+        elif last.isdigit():
+            node[int(last)] = value
+        else:
+            node[last] = value
+        return data
+    return make
+
+
+_DELETE = object()
+
+CASES: list[tuple[str, Callable[[], dict], str]] = [
+    ("rate in bytes/s", _set("topology.paths.1.bw", "4Mbps"), "topology.paths[1].bw:"),
+    ("rate without unit", _set("topology.paths.0.bw", 4000000), "topology.paths[0].bw:"),
+    ("typo in a path key", _set("topology.paths.0.bandwidth", "4Mbit"),
+     "topology.paths[0].bandwidth: unknown key"),
+    ("typo at top level", _set("duraton", "10s"), "duraton: unknown key"),
+    ("unknown topology kind", _set("topology.kind", "star"), "topology.kind: unknown kind"),
+    ("topology kind missing", _set("topology.kind", _DELETE), "topology.kind: missing"),
+    ("unknown workload kind", _set("workload.0.kind", "iperf"),
+     "workload[0].kind: unknown kind"),
+    ("workload kind missing", _set("workload.0.kind", _DELETE), "workload[0].kind: missing"),
+    ("negative delay", _set("topology.paths.0.delay", "-5ms"), "topology.paths[0].delay:"),
+    ("zero rate", _set("topology.paths.0.bw", "0Mbit"), "topology.paths[0].bw:"),
+    ("loss above 100%", _set("topology.paths.1.loss", "150%"), "topology.paths[1].loss:"),
+    ("loss without %", _set("topology.paths.1.loss", "0.5"), "topology.paths[1].loss:"),
+    ("duration not a duration", _set("duration", "ten seconds"), "duration:"),
+    ("duration missing", _set("duration", _DELETE), "duration: missing"),
+    ("negative queue", _set("topology.paths.0.queue", -1), "topology.paths[0].queue:"),
+    ("zero repetitions", _set("repetitions", 0), "repetitions:"),
+    ("repetitions not an integer", _set("repetitions", "three"), "repetitions:"),
+    ("unknown protocol", _set("transport.protocol", "quic"), "transport.protocol:"),
+    ("bad size unit", _set("workload.0.size", "2 megabytes"), "workload[0].size:"),
+    ("unknown host in a workload", _set("workload.0.src", "laptop"), "workload[0].src:"),
+    ("src equals dst", _set("workload.0.dst", "client"), "workload[0].dst:"),
+    ("via an unknown path", _set("workload.1.via", "lte"), "workload[1].via:"),
+    ("schedule for a missing link", _set("schedule.0.link", "lte"), "schedule[0].link:"),
+    ("schedule after the end", _set("schedule.0.at", "30s"), "schedule[0].at:"),
+    ("schedule that changes nothing", _set("schedule.0.down", _DELETE), "schedule[0]:"),
+    ("duplicate path names", _set("topology.paths.1.name", "wifi"),
+     "topology.paths[1].name: duplicate"),
+    ("controller on multipath", _set("controller.kind", "ecmp"), "controller.kind:"),
+    ("unknown controller kind", _set("controller.kind", "hedera"), "controller.kind:"),
+    ("no workloads", _set("workload", []), "workload:"),
+    ("bad name", _set("name", "my experiment"), "name:"),
+    ("workload start after the end", _set("workload.0.start", "12s"), "workload[0].start:"),
+    ("size and duration both", _set("workload.0.duration", "5s"), "workload[0].duration:"),
+    ("sweep over an unknown key", _set("sweep", {"transport.ccc": ["reno", "cubic"]}),
+     "transport.ccc: unknown key"),
+    ("sweep over a missing list index", _set("sweep", {"topology.paths.3.bw": ["1Mbit"]}),
+     'sweep."topology.paths.3.bw"'),
+    ("sweep with a bad value", _set("sweep", {"topology.paths.1.bw": ["2Mbit", "2Mbps"]}),
+     "topology.paths[1].bw:"),
+    ("sweep value not a list", _set("sweep", {"transport.cc": "reno"}),
+     'sweep."transport.cc"'),
+    ("sweep over the name", _set("sweep", {"name": ["a", "b"]}), 'sweep."name"'),
+    ("sweep with a malformed key", _set("sweep", {"transport..cc": ["reno"]}),
+     'sweep."transport..cc"'),
+    ("odd fat-tree k", _set("topology.k", 3, FATTREE), "topology.k:"),
+    ("fat-tree without a controller", _set("controller.kind", "none", FATTREE),
+     "controller.kind:"),
+    ("unknown fat-tree host", _set("workload.0.dst", "S16", FATTREE), "workload[0].dst:"),
+    ("incast count above senders", _set("workload.0.count", 3, FATTREE),
+     "workload[0].count:"),
+    ("pattern option it does not use", _set("workload.0.hosts", ["S1", "S2"], FATTREE),
+     "workload[0].hosts:"),
+    ("bad fat-tree link name", lambda: {**copy.deepcopy(FATTREE), "schedule": [
+        {"at": "1s", "link": "E0-X9", "down": True}]}, "schedule[0].link:"),
+    ("via on a fat-tree", lambda: {**copy.deepcopy(FATTREE), "workload": [
+        {"kind": "bulk", "src": "S0", "dst": "S1", "via": "a"}]}, "workload[0].via:"),
+    ("via with an MPTCP flow", _set("workload.0.via", "wifi"), "workload[0].via:"),
+    ("capture on an unknown host", _set("capture.hosts", ["router"]), "capture.hosts[0]:"),
+    ("snaplen too small", _set("capture.snaplen", 10), "capture.snaplen:"),
+    ("table given as a string", _set("transport", "mptcp"), "transport:"),
+]
+
+
+def _invoke(tmp_path: Path, data: dict | None, text: str | None = None, extra=()):
+    spec = tmp_path / "spec.toml"
+    spec.write_text(text if text is not None else tomli_w.dumps(data))
+    result = CliRunner().invoke(app, ["run", str(spec), "--dry-run", *extra])
+    return spec, result
+
+
+def _check_one_line(spec: Path, result, key: str) -> None:
+    assert result.exit_code == 2, (result.exit_code, result.stdout, result.stderr)
+    err = result.stderr
+    assert "Traceback" not in err + result.stdout
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"error: {spec}: "), lines[0]
+    assert key in lines[0], lines[0]
+
+
+def test_base_specs_are_valid():
+    from testbed.spec import validate_spec
+
+    validate_spec(copy.deepcopy(BASE))
+    validate_spec(copy.deepcopy(FATTREE))
+
+
+def test_there_are_at_least_25_cases():
+    assert len(CASES) >= 25
+
+
+@pytest.mark.parametrize(("what", "make", "key"), CASES, ids=[c[0] for c in CASES])
+def test_malformed_spec(tmp_path, what, make, key):
+    spec, result = _invoke(tmp_path, make())
+    _check_one_line(spec, result, key)
+
+
+def test_toml_syntax_error(tmp_path):
+    spec, result = _invoke(tmp_path, None, 'name = "x"\nduration = 10s\n')
+    _check_one_line(spec, result, "not valid TOML")
+
+
+def test_missing_file(tmp_path):
+    result = CliRunner().invoke(app, ["run", str(tmp_path / "nope.toml"), "--dry-run"])
+    assert result.exit_code == 2
+    assert "no such spec file" in result.stderr
+
+
+@pytest.mark.parametrize(("override", "key"), [
+    ("transport.cc", "--set transport.cc: expected KEY=VALUE"),
+    ("topology.paths.7.bw=1Mbit", "--set topology.paths.7.bw:"),
+    ("topology.paths.0.bw=1Mbps", "topology.paths[0].bw:"),
+    ("sweep.x=[1]", "--set sweep.x:"),
+])
+def test_bad_override(tmp_path, override, key):
+    _, result = _invoke(tmp_path, copy.deepcopy(BASE), extra=["--set", override])
+    assert result.exit_code == 2, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert key in result.stderr
