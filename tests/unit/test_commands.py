@@ -1,0 +1,87 @@
+import json
+import sys
+import time
+from dataclasses import dataclass
+
+import pytest
+
+from testbed.commands import CommandRunner, in_namespace
+from testbed.errors import CommandError, CommandTimeout, MissingFeatureError
+
+
+@dataclass
+class FakeHost:
+    name: str = "h1"
+    pid: int = 4242
+
+
+def test_in_namespace_prefixes_mnexec():
+    assert in_namespace(["ip", "addr"], None) == ["ip", "addr"]
+    assert in_namespace(["ip", "addr"], FakeHost()) == ["mnexec", "-a", "4242", "ip", "addr"]
+
+
+def test_run_captures_output_and_records_transcript():
+    r = CommandRunner()
+    res = r.run([sys.executable, "-c", "print('hi')"])
+    assert res.stdout.strip() == "hi"
+    assert res.returncode == 0
+    [entry] = r.transcript.entries
+    assert entry.argv[-1] == "print('hi')"
+    assert entry.returncode == 0
+    line = json.loads(r.transcript.to_jsonl())
+    assert line["where"] == "root"
+
+
+def test_failure_raises_typed_error_with_stderr_tail():
+    r = CommandRunner()
+    with pytest.raises(CommandError) as exc:
+        r.run([sys.executable, "-c", "import sys; sys.stderr.write('boom\\n'); sys.exit(3)"])
+    assert exc.value.returncode == 3
+    assert "boom" in exc.value.stderr
+    assert "exit 3" in str(exc.value)
+    assert r.run([sys.executable, "-c", "raise SystemExit(4)"], check=False).returncode == 4
+
+
+def test_timeout_raises():
+    r = CommandRunner()
+    t0 = time.time()
+    with pytest.raises(CommandTimeout):
+        r.run([sys.executable, "-c", "import time; time.sleep(10)"], timeout=0.3)
+    assert time.time() - t0 < 5
+
+
+def test_missing_program_is_missing_feature():
+    with pytest.raises(MissingFeatureError, match="not installed"):
+        CommandRunner().run(["definitely-not-a-program-xyz"])
+    assert CommandRunner().ok(["definitely-not-a-program-xyz"]) is False
+
+
+def test_spawn_and_stop_only_own_process(tmp_path):
+    r = CommandRunner()
+    log = tmp_path / "p.log"
+    p = r.spawn([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(30)"],
+                log=log)
+    assert p.running()
+    assert r.running() == [p]
+    deadline = time.time() + 5
+    while "up" not in log.read_text() and time.time() < deadline:
+        time.sleep(0.05)
+    p.stop(timeout=2)
+    assert not p.running()
+    assert r.running() == []
+    kinds = [e.kind for e in r.transcript.entries]
+    assert kinds == ["spawn", "stop"]
+
+
+def test_dry_run_records_without_running(tmp_path):
+    r = CommandRunner(dry_run=True)
+    marker = tmp_path / "x"
+    r.run(["touch", str(marker)], host=FakeHost())
+    assert not marker.exists()
+    assert r.transcript.entries[0].kind == "dry-run"
+    assert "mnexec -a 4242 touch" in r.transcript.as_shell()
+
+
+def test_call_streams_and_returns_code():
+    r = CommandRunner()
+    assert r.call([sys.executable, "-c", "raise SystemExit(7)"]) == 7
