@@ -1,0 +1,184 @@
+"""Flows from a packet table: TCP connections, MPTCP connections and subflows, UDP flows.
+
+A TCP connection is a 4-tuple split at each new SYN (a SYN with a new sequence number);
+its initiator is the SYN's sender, or, when the SYN was not captured, the sender of its
+first packet.  MPTCP subflows are grouped into connections by token: the token of a key
+is the top 32 bits of SHA-256(key) (RFC 8684 section 3.1); the initial subflow's keys come
+from MP_CAPABLE and each further subflow names its connection's token in MP_JOIN.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from analysis import table as T
+
+FLOW_KEY_COLUMNS = ["proto", "src_addr", "sport", "dst_addr", "dport"]
+
+
+@dataclass
+class Flows:
+    """Flow assignment of one capture.
+
+    pkt_flow: flow index per packet (-1: not TCP/UDP); pkt_dir: 0 initiator->responder,
+    1 back; flows: one row per flow (index = flow index) with endpoints, protocol, ISNs and
+    MPTCP grouping (``mptcp_token``: the connection's token as hex, "" for plain TCP).
+    """
+
+    pkt_flow: np.ndarray
+    pkt_dir: np.ndarray
+    flows: pd.DataFrame
+
+
+def key_token(key: int) -> tuple[int, int]:
+    """(token, IDSN) of an MPTCP key: SHA-256's top 32 bits and low 64 bits."""
+    d = hashlib.sha256(int(key).to_bytes(8, "big")).digest()
+    return int.from_bytes(d[:4], "big"), int.from_bytes(d[-8:], "big")
+
+
+def find_flows(tbl: T.PacketTable) -> Flows:
+    """Assign every TCP/UDP packet of tbl to a flow and describe the flows.
+
+    tbl: a decoded capture.
+    """
+    c = tbl.cols
+    n = len(tbl)
+    is_l4 = ((c["proto"] == 6) | (c["proto"] == 17)) & (c["ip_ver"] > 0)
+    rows = np.flatnonzero(is_l4)
+    a = (c["src"][rows].astype(np.uint64) << np.uint64(16)) | c["sport"][rows]
+    b = (c["dst"][rows].astype(np.uint64) << np.uint64(16)) | c["dport"][rows]
+    lo, hi = np.minimum(a, b), np.maximum(a, b)
+    k1, _ = pd.factorize(lo)
+    k2, u2 = pd.factorize(hi)
+    k3 = (k1.astype(np.int64) * max(len(u2), 1) + k2) * 2 + (c["proto"][rows] == 6)
+    tuple_id, _ = pd.factorize(k3)
+    flags = c["tcp_flags"][rows]
+    syn = ((flags & (T.SYN | T.ACK)) == T.SYN) & (c["proto"][rows] == 6)
+    # split a 4-tuple at each SYN with a new ISN (port reuse)
+    order = np.lexsort((c["ts_ns"][rows], tuple_id))
+    tid, sy, sq = tuple_id[order], syn[order], c["seq"][rows][order]
+    syn_idx = np.flatnonzero(sy)
+    new = np.zeros(len(order), bool)
+    if len(syn_idx):
+        prev_same = np.r_[False, tid[syn_idx[1:]] == tid[syn_idx[:-1]]]
+        prev_seq = np.r_[0, sq[syn_idx[:-1]]]
+        first_syn_of_tuple = ~prev_same
+        new[syn_idx] = ~(prev_same & (prev_seq == sq[syn_idx]))
+        # the first SYN of a tuple starts a new flow only if packets came before it
+        starts_tuple = np.r_[True, tid[1:] != tid[:-1]]
+        new[syn_idx[first_syn_of_tuple]] = False
+        new |= starts_tuple
+    else:
+        new = np.r_[True, tid[1:] != tid[:-1]] if len(tid) else new
+    flow_sorted = np.cumsum(new) - 1
+    pkt_flow = np.full(n, -1, np.int64)
+    pkt_flow[rows[order]] = flow_sorted
+    nflows = int(flow_sorted[-1]) + 1 if len(flow_sorted) else 0
+
+    # initiator: sender of the flow's first SYN, else of its first packet
+    srt = rows[order]
+    first = np.flatnonzero(new)
+    init_src = c["src"][srt[first]].astype(np.int64)
+    init_sport = c["sport"][srt[first]].astype(np.int64)
+    syn_pos = np.flatnonzero(sy)
+    syn_seen = np.zeros(nflows, bool)
+    if len(syn_pos):
+        fsyn = flow_sorted[syn_pos]
+        firsts = np.unique(fsyn, return_index=True)[1]
+        sp = syn_pos[firsts]
+        syn_seen[fsyn[firsts]] = True
+        init_src[fsyn[firsts]] = c["src"][srt[sp]]
+        init_sport[fsyn[firsts]] = c["sport"][srt[sp]]
+    fl = pkt_flow[rows]
+    pkt_dir = np.zeros(n, np.uint8)
+    pkt_dir[rows] = ~((c["src"][rows] == init_src[fl]) & (c["sport"][rows] == init_sport[fl]))
+    flows = _describe(tbl, rows, fl, pkt_dir[rows], nflows, syn_seen)
+    _group_mptcp(tbl, pkt_flow, pkt_dir, flows)
+    return Flows(pkt_flow, pkt_dir, flows)
+
+
+def _describe(tbl: T.PacketTable, rows: np.ndarray, fl: np.ndarray, d: np.ndarray, nflows: int,
+              syn_seen: np.ndarray) -> pd.DataFrame:
+    c = tbl.cols
+    names = np.array(tbl.addresses, dtype=object)
+    df = pd.DataFrame({"flow": fl, "dir": d, "src": c["src"][rows], "dst": c["dst"][rows],
+                       "sport": c["sport"][rows], "dport": c["dport"][rows],
+                       "proto": c["proto"][rows], "ts": c["ts_ns"][rows],
+                       "seq": c["seq"][rows], "flags": c["tcp_flags"][rows]})
+    fwd = df[df["dir"] == 0].groupby("flow").first()
+    any_ = df.groupby("flow").first()
+    rev = df[df["dir"] == 1].groupby("flow").first()
+    out = pd.DataFrame(index=pd.RangeIndex(nflows, name="flow"))
+    base = fwd.reindex(out.index)
+    miss = base["src"].isna()
+    if miss.any():  # no packet from the initiator (only the reverse direction seen)
+        alt = any_.reindex(out.index)[miss]
+        base.loc[miss, ["src", "dst", "sport", "dport"]] = alt[["dst", "src", "dport",
+                                                                "sport"]].to_numpy()
+        base.loc[miss, "proto"] = alt["proto"]
+    out["proto"] = np.where(base["proto"].to_numpy() == 6, "tcp", "udp")
+    out["src_addr"] = names[base["src"].astype(np.int64).to_numpy()]
+    out["sport"] = base["sport"].astype(np.int64).to_numpy()
+    out["dst_addr"] = names[base["dst"].astype(np.int64).to_numpy()]
+    out["dport"] = base["dport"].astype(np.int64).to_numpy()
+    out["syn_seen"] = syn_seen
+    isn = df[(df["flags"] & T.SYN) != 0].groupby(["flow", "dir"])["seq"].first()
+    out["isn_fwd"] = isn.xs(0, level="dir").reindex(out.index) if 0 in isn.index.get_level_values(
+        "dir") else np.nan
+    out["isn_rev"] = isn.xs(1, level="dir").reindex(out.index) if 1 in isn.index.get_level_values(
+        "dir") else np.nan
+    out["first_seq_fwd"] = base["seq"].to_numpy()
+    out["first_seq_rev"] = rev["seq"].reindex(out.index).to_numpy()
+    out["mptcp_token"] = ""
+    out["mptcp_role"] = ""
+    return out
+
+
+def _group_mptcp(tbl: T.PacketTable, pkt_flow: np.ndarray, pkt_dir: np.ndarray,
+                 flows: pd.DataFrame) -> None:
+    """Fill mptcp_token (server-side token, hex) and mptcp_role (initial / join)."""
+    cap = tbl.side_frame("mp_capable")
+    join = tbl.side_frame("mp_join")
+    keys: dict[int, dict[int, int]] = {}  # flow -> {dir: key}
+    for r in cap.itertuples(index=False):
+        f = int(pkt_flow[r.pkt])
+        if f < 0:
+            continue
+        d = int(pkt_dir[r.pkt])
+        if r.sender_key:
+            keys.setdefault(f, {})[d] = int(r.sender_key)
+        if r.receiver_key:
+            keys.setdefault(f, {})[1 - d] = int(r.receiver_key)
+    token_of_flow: dict[int, str] = {}
+    flows["mptcp_key_fwd"] = pd.array([pd.NA] * len(flows), dtype="UInt64")
+    flows["mptcp_key_rev"] = pd.array([pd.NA] * len(flows), dtype="UInt64")
+    for f, kd in keys.items():
+        if 1 in kd:
+            token_of_flow[f] = f"{key_token(kd[1])[0]:08x}"
+        elif 0 in kd:
+            token_of_flow[f] = f"c{key_token(kd[0])[0]:08x}"
+        for d, k in kd.items():
+            flows.loc[f, "mptcp_key_fwd" if d == 0 else "mptcp_key_rev"] = k
+        flows.loc[f, "mptcp_role"] = "initial"
+    # flows whose MP_CAPABLE keys were not captured but that carry MP_CAPABLE / DSS
+    mp = np.flatnonzero(tbl.cols["mp_subtypes"] != 0)
+    for f in np.unique(pkt_flow[mp]):
+        if f >= 0 and flows.loc[f, "mptcp_role"] == "":
+            flows.loc[f, "mptcp_role"] = "unknown"
+    client_tokens = {}
+    for f, kd in keys.items():
+        if 0 in kd and 1 in kd:
+            client_tokens[f"{key_token(kd[0])[0]:08x}"] = token_of_flow[f]
+    for r in join.itertuples(index=False):
+        f = int(pkt_flow[r.pkt])
+        if f < 0 or not r.token:
+            continue
+        t = f"{int(r.token):08x}"
+        token_of_flow[f] = client_tokens.get(t, t)  # a join sent by the server names the client
+        flows.loc[f, "mptcp_role"] = "join"
+    for f, t in token_of_flow.items():
+        flows.loc[f, "mptcp_token"] = t

@@ -1,0 +1,365 @@
+"""Per-flow metrics of one capture: sequence analysis, FCT, throughput, reordering, RTT.
+
+Definitions (all at the capture point of the table):
+
+* A *data segment* is a TCP packet with payload.  Sequence numbers are unwrapped to 64 bits
+  relative to the ISN (SYN seen) or to the first packet of the direction.
+* A segment is *behind* when it starts below the highest byte seen so far in its flow
+  direction (RFC 4737's NextExp).  A behind segment is a *retransmission* when its start
+  was seen before or, with TCP timestamps, when its TSval is newer than every earlier
+  segment's (it was sent later, so the network did not reorder it); otherwise it is
+  *reordered*.  Reordered-packet ratio = reordered / (unique segments), reordering extent
+  of a reordered packet = its arrival index minus that of the first packet with a higher
+  sequence number (RFC 4737 sections 4.1 and 4.2.1).
+* MPTCP data level: the same, on each packet's data sequence number (DSN of its DSS mapping
+  plus its offset in the mapping) across all subflows of a connection; a DSN seen before
+  is a reinjection or retransmission.
+* FCT: first SYN (or first packet) to the first ACK covering the last data byte.
+* RTT samples: a new, never-retransmitted segment to the first ACK covering it (Karn).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis import table as T
+from analysis.flows import Flows, key_token
+
+_W32 = 1 << 32
+
+
+def _starts(group: np.ndarray) -> np.ndarray:
+    return np.r_[True, group[1:] != group[:-1]] if len(group) else np.zeros(0, bool)
+
+
+def _group_cumsum(v: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    cs = np.cumsum(v)
+    idx = np.flatnonzero(starts)
+    before = np.r_[0, cs[idx[1:] - 1]] if len(idx) else np.zeros(0, cs.dtype)
+    lengths = np.diff(np.r_[idx, len(v)])
+    return cs - np.repeat(before, lengths)
+
+
+def unwrap32(values: np.ndarray, base: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """Unwrap 32-bit sequence numbers within contiguous groups.
+
+    values: raw uint32 values in arrival order; base: per-element origin (same group, same
+    base); group: group id per element.  Returns int64 offsets from base.
+    """
+    rel = (values.astype(np.int64) - base.astype(np.int64)) % _W32
+    st = _starts(group)
+    d = np.empty(len(rel), np.int64)
+    if len(rel):
+        d[0] = rel[0]
+        d[1:] = ((rel[1:] - rel[:-1] + (1 << 31)) % _W32) - (1 << 31)
+        d[st] = np.where(rel[st] >= (1 << 31), rel[st] - _W32, rel[st])
+    return _group_cumsum(d, st)
+
+
+def _running_max_excl(v: np.ndarray, starts: np.ndarray, floor: int) -> np.ndarray:
+    """Running maximum of the previous elements of each group (floor for the first)."""
+    if not len(v):
+        return v.copy()
+    gi = np.cumsum(starts) - 1
+    shifted = np.r_[floor, v[:-1]].astype(np.int64)
+    shifted[starts] = floor
+    span = int(np.max(np.abs(v))) + abs(floor) + 1
+    lift = gi.astype(np.int64) * (2 * span + 1)
+    m = np.maximum.accumulate(shifted + lift) - lift
+    return m
+
+
+def reorder_analysis(group: np.ndarray, start: np.ndarray, end: np.ndarray,
+                     tsval: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Classify segments (contiguous groups, arrival order) as new, retransmitted, reordered.
+
+    group: group id; start/end: sequence range of each segment (int64); tsval: sender
+    timestamps (0 = none) used to tell a late retransmission from network reordering.
+    Returns boolean arrays ``retrans``, ``reordered`` and int array ``extent`` (0 if none).
+    """
+    n = len(group)
+    st = _starts(group)
+    nextexp = _running_max_excl(end, st, -(1 << 40))
+    behind = start < nextexp
+    keys = pd.DataFrame({"g": group, "s": start})
+    dup = keys.duplicated().to_numpy()
+    late = np.zeros(n, bool)
+    if tsval is not None:
+        ts = tsval.astype(np.int64)
+        has = ts > 0
+        prev_ts = _running_max_excl(np.where(has, ts, -1), st, -1)
+        late = has & (prev_ts >= 0) & (ts > prev_ts)
+    retrans = behind & (dup | late)
+    reordered = behind & ~retrans
+    extent = np.zeros(n, np.int64)
+    r = np.flatnonzero(reordered)
+    if len(r):
+        uniq = ~retrans
+        pos = np.cumsum(uniq) - 1                      # arrival index among unique segments
+        gi = np.cumsum(st) - 1
+        u = np.flatnonzero(uniq)
+        span = int(np.abs(start).max()) + 1
+        lifted = np.maximum.accumulate(start[u] + gi[u] * (2 * span + 1))
+        first_higher = np.searchsorted(lifted, start[r] + gi[r] * (2 * span + 1), "right")
+        extent[r] = pos[r] - first_higher
+    return {"retrans": retrans, "reordered": reordered, "extent": extent}
+
+
+def segments(tbl: T.PacketTable, fl: Flows) -> pd.DataFrame:
+    """Every TCP packet of tbl with unwrapped sequence and acknowledgement numbers.
+
+    Columns: row, flow, dir, ts, seq (start, relative), end, payload, ack (relative to the
+    other direction's origin), flags, tsval, plus for data segments retrans/reordered/extent.
+    """
+    c = tbl.cols
+    rows = np.flatnonzero((fl.pkt_flow >= 0) & (c["proto"] == 6))
+    f, d = fl.pkt_flow[rows], fl.pkt_dir[rows].astype(np.int64)
+    order = np.lexsort((rows, d, f))
+    rows, f, d = rows[order], f[order], d[order]
+    flows = fl.flows
+    isn = np.where(d == 0, flows["isn_fwd"].to_numpy(float)[f], flows["isn_rev"].to_numpy(float)[f])
+    first = np.where(d == 0, flows["first_seq_fwd"].to_numpy(float)[f],
+                     flows["first_seq_rev"].to_numpy(float)[f])
+    has_isn = ~np.isnan(isn)
+    base = np.where(has_isn, np.nan_to_num(isn) + 1, np.nan_to_num(first)).astype(np.int64) % _W32
+    grp = f * 2 + d
+    seq = unwrap32(c["seq"][rows], base, grp)
+    # ACKs are relative to the other direction's origin
+    other = np.where(d == 0, flows["isn_rev"].to_numpy(float)[f],
+                     flows["isn_fwd"].to_numpy(float)[f])
+    ofirst = np.where(d == 0, flows["first_seq_rev"].to_numpy(float)[f],
+                      flows["first_seq_fwd"].to_numpy(float)[f])
+    obase = np.where(~np.isnan(other), np.nan_to_num(other) + 1,
+                     np.nan_to_num(ofirst)).astype(np.int64) % _W32
+    ack = unwrap32(c["ack"][rows], obase, grp)
+    payload = c["payload"][rows].astype(np.int64)
+    df = pd.DataFrame({"row": rows, "flow": f, "dir": d, "ts": c["ts_ns"][rows], "seq": seq,
+                       "end": seq + payload, "payload": payload, "ack": ack,
+                       "flags": c["tcp_flags"][rows], "tsval": c["tsval"][rows]})
+    data = df["payload"].to_numpy() > 0
+    ra = reorder_analysis(grp[data], seq[data], seq[data] + payload[data],
+                          c["tsval"][rows][data])
+    for k, v in ra.items():
+        col = np.zeros(len(df), v.dtype)
+        col[data] = v
+        df[k] = col
+    return df
+
+
+def data_direction(seg: pd.DataFrame, nflows: int) -> np.ndarray:
+    """Per flow, the direction (0/1) that carried more payload."""
+    by = seg.groupby(["flow", "dir"])["payload"].sum().unstack(fill_value=0)
+    by = by.reindex(index=range(nflows), columns=[0, 1], fill_value=0)
+    return (by[1] > by[0]).to_numpy().astype(np.int64)
+
+
+def flow_table(tbl: T.PacketTable, fl: Flows, seg: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per flow with bytes, times, FCT, throughput, retransmissions, reordering, RTT.
+
+    tbl: the capture; fl: its flows; seg: `segments(tbl, fl)` if already computed.
+    """
+    c = tbl.cols
+    seg = segments(tbl, fl) if seg is None else seg
+    flows = fl.flows.copy()
+    nf = len(flows)
+    out = flows[["proto", "src_addr", "sport", "dst_addr", "dport", "syn_seen", "mptcp_token",
+                 "mptcp_role"]].copy()
+    rows = np.flatnonzero(fl.pkt_flow >= 0)
+    pk = pd.DataFrame({"flow": fl.pkt_flow[rows], "dir": fl.pkt_dir[rows],
+                       "ts": c["ts_ns"][rows], "wire": c["wirelen"][rows].astype(np.int64),
+                       "payload": c["payload"][rows].astype(np.int64)})
+    agg = pk.groupby(["flow", "dir"]).agg(frames=("ts", "size"), frame_bytes=("wire", "sum"),
+                                          payload=("payload", "sum")).unstack(fill_value=0)
+    agg = agg.reindex(range(nf), fill_value=0)
+    for k in ("frames", "frame_bytes", "payload"):
+        for d, name in ((0, "fwd"), (1, "rev")):
+            out[f"{k}_{name}"] = agg[(k, d)].to_numpy() if (k, d) in agg.columns else 0
+    first_ts = pk.groupby("flow")["ts"].min().reindex(range(nf)).to_numpy()
+    last_ts = pk.groupby("flow")["ts"].max().reindex(range(nf)).to_numpy()
+    ddir = data_direction(seg, nf) if len(seg) else np.zeros(nf, np.int64)
+    ddir = np.where(out["proto"].to_numpy() == "udp",
+                    (out["payload_rev"] > out["payload_fwd"]).to_numpy(), ddir).astype(np.int64)
+    out["data_dir"] = ddir
+    syn_ts = seg[(seg["flags"] & T.SYN) != 0].groupby("flow")["ts"].min().reindex(range(nf))
+    start = np.where(syn_ts.notna(), syn_ts.fillna(0).to_numpy(), first_ts).astype(np.int64)
+    end = last_ts.astype(np.int64).copy()
+    nbytes = np.where(ddir == 0, out["payload_fwd"], out["payload_rev"]).astype(np.int64)
+    retr = np.zeros(nf, np.int64)
+    reord = np.zeros(nf, np.int64)
+    ext_max = np.zeros(nf, np.int64)
+    uniq = np.zeros(nf, np.int64)
+    rtt_med = np.full(nf, np.nan)
+    if len(seg):
+        is_data = (seg["dir"].to_numpy() == ddir[seg["flow"].to_numpy()]) & (seg["payload"] > 0)
+        data = seg[is_data]
+        g = data.groupby("flow")
+        span = (g["end"].max() - g["seq"].min()).reindex(range(nf))
+        tcp = out["proto"].to_numpy() == "tcp"
+        nbytes = np.where(tcp & span.notna(), span.fillna(0), nbytes).astype(np.int64)
+        retr = g["retrans"].sum().reindex(range(nf), fill_value=0).to_numpy()
+        reord = g["reordered"].sum().reindex(range(nf), fill_value=0).to_numpy()
+        ext_max = g["extent"].max().reindex(range(nf), fill_value=0).to_numpy()
+        uniq = (~data["retrans"]).groupby(data["flow"]).sum().reindex(range(nf), fill_value=0)
+        uniq = uniq.to_numpy()
+        last_end = g["end"].max()
+        acks = seg[(seg["dir"].to_numpy() != ddir[seg["flow"].to_numpy()])
+                   & ((seg["flags"] & T.ACK) != 0)]
+        acks = acks.join(last_end.rename("last_end"), on="flow")
+        covered = acks[acks["ack"] >= acks["last_end"]].groupby("flow")["ts"].min()
+        cov = covered.reindex(range(nf))
+        end = np.where(tcp & cov.notna(), cov.fillna(0), end).astype(np.int64)
+        rtt = rtt_samples(seg, ddir)
+        if len(rtt):
+            rtt_med = rtt.groupby("flow")["rtt_ms"].median().reindex(range(nf)).to_numpy()
+    out["packets"] = out["frames_fwd"] + out["frames_rev"]
+    out["bytes"] = nbytes
+    out["start"] = start / 1e9
+    out["end"] = end / 1e9
+    fct = (end - start) / 1e9
+    out["fct_s"] = np.where(out["proto"].to_numpy() == "tcp", fct, np.nan)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["throughput_bps"] = np.where(fct > 0, nbytes * 8 / fct, np.nan)
+        out["retransmissions"] = retr
+        out["reordered_packets"] = reord
+        out["reorder_ratio"] = np.where(uniq > 0, reord / np.maximum(uniq, 1), 0.0)
+        out["reorder_extent_max"] = ext_max
+        out["loss_estimate"] = np.where(uniq > 0, retr / np.maximum(uniq, 1), 0.0)
+    out["rtt_ms_median"] = rtt_med
+    return out
+
+
+def rtt_samples(seg: pd.DataFrame, ddir: np.ndarray) -> pd.DataFrame:
+    """RTT samples (ms) per flow: new segments never retransmitted, to the first covering ACK.
+
+    seg: `segments()`; ddir: data direction per flow.  Columns: flow, t (s), rtt_ms.
+    """
+    fdir = ddir[seg["flow"].to_numpy()]
+    data = seg[(seg["dir"].to_numpy() == fdir) & (seg["payload"] > 0)]
+    acks = seg[(seg["dir"].to_numpy() != fdir) & ((seg["flags"] & T.ACK) != 0)]
+    if not len(data) or not len(acks):
+        return pd.DataFrame({"flow": [], "t": [], "rtt_ms": []})
+    retx = data.groupby(["flow", "seq"])["retrans"].transform("any")
+    cand = data[~retx.to_numpy() & ~data["reordered"].to_numpy()]
+    cand = cand[~cand.duplicated(["flow", "seq"])]
+    span = int(max(acks["ack"].abs().max(), cand["end"].abs().max(), 1)) + 1
+    # per flow, running maximum of ACKs in time order; first ACK >= end after the send time
+    ak = acks.sort_values(["flow", "ts"], kind="stable")
+    lift = ak["flow"].to_numpy().astype(np.int64) * (4 * span)
+    run = np.maximum.accumulate(ak["ack"].to_numpy() + lift)
+    ts_ack = ak["ts"].to_numpy()
+    flow_ack = ak["flow"].to_numpy()
+    target = cand["end"].to_numpy() + cand["flow"].to_numpy().astype(np.int64) * (4 * span)
+    i = np.searchsorted(run, target, "left")
+    ok = i < len(run)
+    i = np.minimum(i, len(run) - 1)
+    ok &= flow_ack[i] == cand["flow"].to_numpy()
+    ok &= ts_ack[i] >= cand["ts"].to_numpy()
+    res = pd.DataFrame({"flow": cand["flow"].to_numpy()[ok], "t": cand["ts"].to_numpy()[ok] / 1e9,
+                        "rtt_ms": (ts_ack[i][ok] - cand["ts"].to_numpy()[ok]) / 1e6})
+    return res
+
+
+def dsn_analysis(tbl: T.PacketTable, fl: Flows, seg: pd.DataFrame, ddir: np.ndarray
+                 ) -> pd.DataFrame:
+    """MPTCP data-level analysis of the data segments of every connection in this capture.
+
+    Returns one row per data segment that can be mapped: token, flow, ts, dsn (relative to the
+    connection's IDSN when its key was captured), end, reinjected, reordered, extent.
+    """
+    c = tbl.cols
+    flows = fl.flows
+    tok = flows["mptcp_token"].to_numpy()
+    fdir = ddir[seg["flow"].to_numpy()]
+    d = seg[(seg["dir"].to_numpy() == fdir) & (tok[seg["flow"].to_numpy()] != "")].copy()
+    cols = ["token", "flow", "ts", "dsn", "end", "reinjected", "reordered", "extent"]
+    if not len(d):
+        return pd.DataFrame({k: [] for k in cols})
+    rows = d["row"].to_numpy()
+    has_map = (c["dss_flags"][rows] & T.DSS_M) != 0
+    d["map_dsn"] = np.where(has_map, c["dsn"][rows], np.uint64(0)).astype(np.uint64)
+    d["map_ssn"] = np.where(has_map, c["ssn"][rows], 0).astype(np.int64)
+    d["dsn8"] = (c["dss_flags"][rows] & T.DSS_m) != 0
+    d.loc[~has_map, ["map_dsn", "map_ssn"]] = np.nan
+    d[["map_dsn", "map_ssn", "dsn8"]] = d.groupby("flow")[["map_dsn", "map_ssn", "dsn8"]].ffill()
+    d = d[d["map_dsn"].notna() & (d["payload"] > 0)]
+    if not len(d):
+        return pd.DataFrame({k: [] for k in cols})
+    # subflow sequence offset: SSN is relative to the subflow ISN (first data byte = 1)
+    syn = flows["syn_seen"].to_numpy()[d["flow"].to_numpy()]
+    firstmap = d.groupby("flow")[["seq", "map_ssn"]].transform("first")
+    k = np.where(syn, 1, (firstmap["map_ssn"] - firstmap["seq"]).to_numpy())
+    raw = (d["map_dsn"].astype(np.uint64).to_numpy()
+           + (d["seq"].to_numpy() + k - d["map_ssn"].to_numpy().astype(np.int64)).astype(np.uint64))
+    d["token"] = tok[d["flow"].to_numpy()]
+    d = d.assign(raw=raw).sort_values(["token", "row"], kind="stable")
+    # relative DSN: to the IDSN when the key is known, else to the first DSN seen
+    origin = {}
+    for f in flows.index[flows["mptcp_role"] == "initial"]:
+        key_col = "mptcp_key_fwd" if ddir[f] == 0 else "mptcp_key_rev"
+        key = flows.loc[f, key_col]
+        if pd.notna(key):
+            origin[flows.loc[f, "mptcp_token"]] = key_token(int(key))[1] + 1
+    tokens = d["token"].to_numpy()
+    rawv = d["raw"].to_numpy().astype(np.uint64)
+    first_raw = d.groupby("token")["raw"].transform("first").to_numpy().astype(np.uint64)
+    orig = np.array([origin.get(t, 0) for t in tokens], np.uint64)
+    orig = np.where(orig == 0, first_raw, orig)
+    short = ~d["dsn8"].to_numpy().astype(bool)
+    rel = (rawv - orig).astype(np.int64)
+    if short.any():  # 4-octet DSNs: unwrap within the connection
+        gid = pd.factorize(tokens)[0]
+        rel_short = unwrap32((rawv & np.uint64(0xFFFFFFFF)).astype(np.uint32),
+                             (orig & np.uint64(0xFFFFFFFF)).astype(np.uint32), gid)
+        rel = np.where(short, rel_short, rel)
+    gid = pd.factorize(tokens)[0]
+    payload = d["payload"].to_numpy()
+    ra = reorder_analysis(gid, rel, rel + payload)
+    return pd.DataFrame({"token": tokens, "flow": d["flow"].to_numpy(), "ts": d["ts"].to_numpy(),
+                         "dsn": rel, "end": rel + payload, "reinjected": ra["retrans"],
+                         "reordered": ra["reordered"], "extent": ra["extent"]})
+
+
+def connection_table(dsn: pd.DataFrame, flows: pd.DataFrame) -> pd.DataFrame:
+    """One row per MPTCP connection: subflows, data bytes, data-level reordering."""
+    cols = ["token", "subflows", "data_bytes", "start", "end", "reinjections",
+            "dsn_reordered_packets", "dsn_reorder_ratio", "dsn_reorder_extent_max"]
+    if not len(dsn):
+        return pd.DataFrame({k: [] for k in cols})
+    g = dsn.groupby("token")
+    uniq = (~dsn["reinjected"]).groupby(dsn["token"]).sum()
+    sub = flows[flows["mptcp_token"] != ""].groupby("mptcp_token").size()
+    out = pd.DataFrame({
+        "subflows": sub.reindex(g.size().index).fillna(0).astype(int),
+        "data_bytes": g["end"].max() - g["dsn"].min(),
+        "start": g["ts"].min() / 1e9, "end": g["ts"].max() / 1e9,
+        "reinjections": g["reinjected"].sum(),
+        "dsn_reordered_packets": g["reordered"].sum(),
+        "dsn_reorder_ratio": g["reordered"].sum() / uniq.clip(lower=1),
+        "dsn_reorder_extent_max": g["extent"].max()}).reset_index()
+    return out[cols]
+
+
+def throughput_series(ts_ns: np.ndarray, nbytes: np.ndarray, keys: np.ndarray, bin_s: float,
+                      t0: float) -> pd.DataFrame:
+    """Bytes and bit rate per key per time bin.
+
+    ts_ns: packet times; nbytes: bytes to count per packet; keys: series key per packet;
+    bin_s: bin width (s); t0: time origin (s, epoch).  Columns: key, t (bin start, epoch s),
+    t_rel (s since t0), bytes, rate_bps.  Empty bins between a key's first and last are 0.
+    """
+    if not len(ts_ns):
+        return pd.DataFrame({"key": [], "t": [], "t_rel": [], "bytes": [], "rate_bps": []})
+    b = np.floor((ts_ns / 1e9 - t0) / bin_s).astype(np.int64)
+    df = pd.DataFrame({"key": keys, "bin": b, "bytes": nbytes})
+    s = df.groupby(["key", "bin"])["bytes"].sum()
+    parts = []
+    for key, sub in s.groupby(level=0):
+        bins = sub.index.get_level_values(1)
+        full = sub.droplevel(0).reindex(range(bins.min(), bins.max() + 1), fill_value=0)
+        parts.append(pd.DataFrame({"key": key, "bin": full.index, "bytes": full.to_numpy()}))
+    out = pd.concat(parts, ignore_index=True)
+    out["t_rel"] = out["bin"] * bin_s
+    out["t"] = t0 + out["t_rel"]
+    out["rate_bps"] = out["bytes"] * 8 / bin_s
+    return out[["key", "t", "t_rel", "bytes", "rate_bps"]]
