@@ -154,15 +154,15 @@ def _group_mptcp(tbl: T.PacketTable, pkt_flow: np.ndarray, pkt_dir: np.ndarray,
         if r.receiver_key:
             keys.setdefault(f, {})[1 - d] = int(r.receiver_key)
     token_of_flow: dict[int, str] = {}
-    flows["mptcp_key_fwd"] = pd.array([pd.NA] * len(flows), dtype="UInt64")
-    flows["mptcp_key_rev"] = pd.array([pd.NA] * len(flows), dtype="UInt64")
+    flows["mptcp_key_fwd"] = pd.Series([None] * len(flows), dtype=object, index=flows.index)
+    flows["mptcp_key_rev"] = pd.Series([None] * len(flows), dtype=object, index=flows.index)
     for f, kd in keys.items():
         if 1 in kd:
             token_of_flow[f] = f"{key_token(kd[1])[0]:08x}"
         elif 0 in kd:
             token_of_flow[f] = f"c{key_token(kd[0])[0]:08x}"
         for d, k in kd.items():
-            flows.loc[f, "mptcp_key_fwd" if d == 0 else "mptcp_key_rev"] = k
+            flows.at[f, "mptcp_key_fwd" if d == 0 else "mptcp_key_rev"] = int(k)
         flows.loc[f, "mptcp_role"] = "initial"
     # flows whose MP_CAPABLE keys were not captured but that carry MP_CAPABLE / DSS
     mp = np.flatnonzero(tbl.cols["mp_subtypes"] != 0)

@@ -277,12 +277,19 @@ def dsn_analysis(tbl: T.PacketTable, fl: Flows, seg: pd.DataFrame, ddir: np.ndar
         return pd.DataFrame({k: [] for k in cols})
     rows = d["row"].to_numpy()
     has_map = (c["dss_flags"][rows] & T.DSS_M) != 0
-    d["map_dsn"] = np.where(has_map, c["dsn"][rows], np.uint64(0)).astype(np.uint64)
-    d["map_ssn"] = np.where(has_map, c["ssn"][rows], 0).astype(np.int64)
-    d["dsn8"] = (c["dss_flags"][rows] & T.DSS_m) != 0
-    d.loc[~has_map, ["map_dsn", "map_ssn"]] = np.nan
-    d[["map_dsn", "map_ssn", "dsn8"]] = d.groupby("flow")[["map_dsn", "map_ssn", "dsn8"]].ffill()
-    d = d[d["map_dsn"].notna() & (d["payload"] > 0)]
+    # carry each flow's latest mapping forward to the packets that carry none
+    fl_ = d["flow"].to_numpy()
+    st = _starts(fl_)
+    idx = np.where(has_map, np.arange(len(d)), -1)
+    gi = np.cumsum(st) - 1
+    lift = gi * (len(d) + 1)
+    last = np.maximum.accumulate(idx + lift) - lift
+    ok = last >= 0
+    src = rows[np.maximum(last, 0)]
+    d["map_dsn"] = c["dsn"][src]
+    d["map_ssn"] = c["ssn"][src].astype(np.int64)
+    d["dsn8"] = (c["dss_flags"][src] & T.DSS_m) != 0
+    d = d[ok & (d["payload"] > 0).to_numpy()]
     if not len(d):
         return pd.DataFrame({k: [] for k in cols})
     # subflow sequence offset: SSN is relative to the subflow ISN (first data byte = 1)

@@ -73,6 +73,7 @@ def vm(ctx: typer.Context,
 
 
 __import__("testbed.runcli", fromlist=["register"]).register(app)  # testbed run / query
+__import__("analysis.cli", fromlist=["register"]).register(app)  # analyze / report
 
 
 def main() -> None:

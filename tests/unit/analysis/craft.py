@@ -7,7 +7,7 @@ from pathlib import Path
 from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import CookedLinux, Ether
-from scapy.utils import PcapNgWriter, PcapWriter, wrpcap
+from scapy.utils import PcapNgWriter, PcapWriter
 
 T0 = 1_700_000_000.0
 CLIENT, SERVER, CLIENT2 = "10.0.1.1", "10.0.0.2", "10.0.2.1"
@@ -126,5 +126,44 @@ def handshake_and_data(n: int = 10, mss: int = 1000, order: list[int] | None = N
     return pk
 
 
-__all__ = ["CLIENT", "CLIENT2", "SERVER", "T0", "dss", "handshake_and_data", "mp_capable",
-           "mp_join_ack", "mp_join_syn", "mp_join_synack", "seg", "udp", "write", "wrpcap"]
+
+
+CLIENT_KEY, SERVER_KEY = 0x1111222233334444, 0x5555666677778888
+
+
+def mptcp_connection(dsn_order: list[int] | None = None, n: int = 8, mss: int = 1000) -> list:
+    """An MPTCP connection: initial subflow (CLIENT) + joined subflow (CLIENT2) to SERVER.
+
+    Data segment k (DSN k*mss, relative) goes on subflow k % 2; dsn_order is the order in
+    which they appear at the server.  Returns packets in capture order.
+    """
+    from analysis.flows import key_token
+
+    token_s, idsn_c = key_token(SERVER_KEY)[0], key_token(CLIENT_KEY)[1]
+    a, b, s = (CLIENT, 40000), (CLIENT2, 40001), (SERVER, 5201)
+    pk = [seg(0.000, a[0], s[0], a[1], s[1], 1000, 0, "S", options=[mp_capable()]),
+          seg(0.010, s[0], a[0], s[1], a[1], 7000, 1001, "SA",
+              options=[mp_capable(SERVER_KEY)]),
+          seg(0.020, a[0], s[0], a[1], s[1], 1001, 7001, "A",
+              options=[mp_capable(CLIENT_KEY, SERVER_KEY)]),
+          seg(0.030, b[0], s[0], b[1], s[1], 5000, 0, "S",
+              options=[mp_join_syn(token_s, 99, addr_id=1)]),
+          seg(0.040, s[0], b[0], s[1], b[1], 9000, 5001, "SA",
+              options=[mp_join_synack(0x1234, 77)]),
+          seg(0.050, b[0], s[0], b[1], s[1], 5001, 9001, "A", options=[mp_join_ack()])]
+    sub_seq = {0: 1001, 1: 5001}
+    segs = []
+    for k in range(n):
+        sf = k % 2
+        src = a if sf == 0 else b
+        segs.append((k, src, sub_seq[sf], sf))
+        sub_seq[sf] += mss
+    t = 0.06
+    for k in dsn_order if dsn_order is not None else range(n):
+        _, src, sseq, sf = segs[k]
+        isn = 1000 if sf == 0 else 5000
+        dsn = (idsn_c + 1 + k * mss) % 2**64
+        pk.append(seg(t, src[0], s[0], src[1], s[1], sseq, 7001 if sf == 0 else 9001, "PA",
+                      payload=mss, options=[dss(dsn=dsn, ssn=sseq - isn, dll=mss)]))
+        t += 0.001
+    return pk

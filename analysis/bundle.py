@@ -1,0 +1,246 @@
+"""Fill a run's ``metrics/`` from its captures and samples: `analyze_bundle(run_dir)`.
+
+Which capture answers what, when a flow was captured at several interfaces (from
+``metadata.json``'s ``interfaces`` map, capture files named ``<host>-<intf>.pcap``):
+
+* bytes, FCT, throughput, retransmissions, RTT: the capture at the data *sender*;
+* reordering (TCP and MPTCP data level): the capture(s) at the data *receiver*;
+* without an interfaces map, the capture holding most of the flow's packets.
+
+Everything is read and computed before anything is written; each file is written through
+a temporary file and renamed, so a failure never leaves a half-written table.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis import metrics as M
+from analysis import samples as S
+from analysis.capture import CaptureAnalysis
+from analysis.pcap import DEFAULT_CHUNK_BYTES
+
+FLOW_COLUMNS = ["flow_id", "capture", "capture_receiver", "protocol", "proto", "parent",
+                "mptcp_token", "mptcp_role", "src_addr", "sport", "dst_addr", "dport",
+                "syn_seen", "packets", "frames_fwd", "frame_bytes_fwd", "frames_rev",
+                "frame_bytes_rev", "bytes", "start", "end", "fct_s", "throughput_bps",
+                "retransmissions", "reordered_packets", "reorder_ratio", "reorder_extent_max",
+                "loss_estimate", "rtt_ms_median", "workload", "app_fct_s"]
+TIMESERIES_COLUMNS = ["kind", "key", "capture", "t", "t_rel", "bytes", "rate_bps"]
+REORDER_FIELDS = ["reordered_packets", "reorder_ratio", "reorder_extent_max"]
+DEFAULT_BIN_S = 0.1
+
+
+def captures_of(run_dir: Path) -> list[Path]:
+    """The capture files of a run, sorted by name."""
+    d = run_dir / "pcap"
+    return sorted(p for p in d.glob("*") if p.suffix in (".pcap", ".pcapng")) if d.is_dir() else []
+
+
+def load_metadata(run_dir: Path) -> dict:
+    """metadata.json as a dict ({} when absent)."""
+    p = run_dir / "metadata.json"
+    if not p.is_file():
+        return {}
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise S.SampleFormatError(f"{p}: not valid JSON ({exc.msg}); re-run the run") from None
+
+
+def _host_addrs(meta: dict) -> tuple[dict[str, str], dict[str, set[str]]]:
+    """(capture name -> host, host -> its addresses) from the interfaces map."""
+    cap_host, addrs = {}, {}
+    for intf, info in (meta.get("interfaces") or {}).items():
+        host = info.get("host", intf.split("-")[0])
+        cap_host[intf] = host
+        if info.get("addr"):
+            addrs.setdefault(host, set()).add(str(info["addr"]).split("/")[0])
+    return cap_host, addrs
+
+
+def _pick(rows: pd.DataFrame, cap_host: dict, addrs: dict, side: str) -> pd.DataFrame:
+    """Per flow_id, the row from the capture at the data sender (side='src') or receiver."""
+    ddir = rows["data_dir"].to_numpy()
+    sender = np.where(ddir == 0, rows["src_addr"], rows["dst_addr"])
+    receiver = np.where(ddir == 0, rows["dst_addr"], rows["src_addr"])
+    want = sender if side == "src" else receiver
+    host = rows["capture"].map(lambda c: cap_host.get(c, ""))
+    at = np.array([a in addrs.get(h, ()) for a, h in zip(want, host, strict=True)], bool)
+    score = at * 10**12 + rows["packets"].to_numpy()
+    return rows.assign(_score=score).sort_values(["flow_id", "_score"], ascending=[True, False]
+                                                 ).drop_duplicates("flow_id").drop(columns="_score")
+
+
+def _receiver_captures(token_rows: pd.DataFrame, cap_host: dict, addrs: dict) -> list[str]:
+    ddir = token_rows["data_dir"].to_numpy()
+    receiver = set(np.where(ddir == 0, token_rows["dst_addr"], token_rows["src_addr"]))
+    hosts = {h for h, a in addrs.items() if a & receiver}
+    return sorted(c for c, h in cap_host.items() if h in hosts)
+
+
+def build_tables(caps: list[CaptureAnalysis], meta: dict, appflows: pd.DataFrame,
+                 bin_s: float = DEFAULT_BIN_S) -> dict[str, pd.DataFrame]:
+    """flows and timeseries tables of a run from its analysed captures.
+
+    caps: one `CaptureAnalysis` per capture; meta: metadata.json; appflows: samples/flows.jsonl
+    table; bin_s: throughput bin width (s).
+    """
+    cap_host, addrs = _host_addrs(meta)
+    allrows = pd.concat([c.flow_rows for c in caps], ignore_index=True) if caps else None
+    t0 = float(meta.get("t0") or (min((c.table.cols["ts_ns"].min() / 1e9 for c in caps
+                                       if len(c.table)), default=0.0)))
+    if allrows is None or not len(allrows):
+        return {"flows": pd.DataFrame({k: [] for k in FLOW_COLUMNS}),
+                "timeseries": pd.DataFrame({k: [] for k in TIMESERIES_COLUMNS}),
+                "connections": M.connection_table(pd.DataFrame(), pd.DataFrame())}
+    base = _pick(allrows, cap_host, addrs, "src").set_index("flow_id")
+    recv = _pick(allrows, cap_host, addrs, "dst").set_index("flow_id")
+    base[REORDER_FIELDS] = recv[REORDER_FIELDS].reindex(base.index)
+    base["capture_receiver"] = recv["capture"].reindex(base.index)
+    base = base.reset_index()
+    base["protocol"] = np.where(base["mptcp_token"] != "", "mptcp-subflow", base["proto"])
+    base["parent"] = np.where(base["mptcp_token"] != "", "mptcp:" + base["mptcp_token"], "")
+    # MPTCP connections: data level at the receiver's captures
+    conn_rows = []
+    by_name = {c.name: c for c in caps}
+    for token, sub in base[base["mptcp_token"] != ""].groupby("mptcp_token"):
+        names = _receiver_captures(sub, cap_host, addrs) or [sub["capture_receiver"].iloc[0]]
+        dsn = pd.concat([by_name[n].dsn.assign(_cap=k) for k, n in enumerate(names)
+                         if n in by_name], ignore_index=True)
+        dsn = dsn[dsn["token"] == token].sort_values(["ts", "_cap"], kind="stable")
+        ct = M.connection_table(dsn.drop(columns="_cap"), sub.rename(
+            columns={"mptcp_token": "mptcp_token"}))
+        if not len(ct):
+            continue
+        r = ct.iloc[0]
+        first = sub.sort_values("start").iloc[0]
+        conn_rows.append({
+            "flow_id": f"mptcp:{token}", "capture": first["capture"],
+            "capture_receiver": ",".join(names), "protocol": "mptcp", "proto": "tcp",
+            "parent": "", "mptcp_token": token, "mptcp_role": "connection",
+            "src_addr": first["src_addr"], "sport": first["sport"],
+            "dst_addr": first["dst_addr"], "dport": first["dport"],
+            "syn_seen": bool(first["syn_seen"]), "packets": int(sub["packets"].sum()),
+            "frames_fwd": int(sub["frames_fwd"].sum()),
+            "frame_bytes_fwd": int(sub["frame_bytes_fwd"].sum()),
+            "frames_rev": int(sub["frames_rev"].sum()),
+            "frame_bytes_rev": int(sub["frame_bytes_rev"].sum()), "bytes": int(r["data_bytes"]),
+            "start": float(sub["start"].min()), "end": float(sub["end"].max()),
+            "retransmissions": int(sub["retransmissions"].sum()),
+            "reordered_packets": int(r["dsn_reordered_packets"]),
+            "reorder_ratio": float(r["dsn_reorder_ratio"]),
+            "reorder_extent_max": int(r["dsn_reorder_extent_max"]),
+            "loss_estimate": float(sub["loss_estimate"].mean()),
+            "rtt_ms_median": float(sub["rtt_ms_median"].median())})
+    flows = pd.concat([base, pd.DataFrame(conn_rows)], ignore_index=True) if conn_rows else base
+    conn = flows["protocol"] == "mptcp"
+    flows.loc[conn, "fct_s"] = flows.loc[conn, "end"] - flows.loc[conn, "start"]
+    flows.loc[conn, "throughput_bps"] = (flows.loc[conn, "bytes"] * 8
+                                         / flows.loc[conn, "fct_s"].where(flows.loc[conn, "fct_s"]
+                                                                          > 0))
+    flows = _join_appflows(flows, appflows)
+    flows = flows.reindex(columns=FLOW_COLUMNS)
+    ts = _timeseries(caps, base, meta, t0, bin_s)
+    return {"flows": flows, "timeseries": ts}
+
+
+def _join_appflows(flows: pd.DataFrame, app: pd.DataFrame) -> pd.DataFrame:
+    flows = flows.assign(workload=None, app_fct_s=np.nan)
+    if not len(app):
+        return flows
+    key = ["src_addr", "sport", "dst_addr", "dport"]
+    a = app.dropna(subset=["sport", "dport"]).copy()
+    a["sport"], a["dport"] = a["sport"].astype(int), a["dport"].astype(int)
+    a = a.drop_duplicates(key).set_index(key)
+    idx = pd.MultiIndex.from_frame(flows[key].astype({"sport": int, "dport": int}))
+    flows["workload"] = a["workload"].reindex(idx).to_numpy()
+    flows["app_fct_s"] = pd.to_numeric(a["fct_s"].reindex(idx), errors="coerce").to_numpy()
+    return flows
+
+
+def _timeseries(caps: list[CaptureAnalysis], base: pd.DataFrame, meta: dict, t0: float,
+                bin_s: float) -> pd.DataFrame:
+    parts = []
+    chosen = dict(zip(base["flow_id"], base["capture"], strict=True))
+    parent = dict(zip(base["flow_id"], base["parent"], strict=True))
+    path_of = {intf: info.get("path") for intf, info in (meta.get("interfaces") or {}).items()}
+    seen_paths: set[str] = set()
+    for c in caps:
+        ts = c.table.cols["ts_ns"]
+        rows, flow, payload = c.data_bytes_per_packet()
+        ids = c.flow_rows["flow_id"].to_numpy()[flow]
+        mine = np.array([chosen.get(i) == c.name for i in ids], bool)
+        rows, ids, payload = rows[mine], ids[mine], payload[mine]
+        kinds = np.array(["subflow" if parent.get(i) else "flow" for i in ids], object)
+        for kind in ("flow", "subflow"):
+            s = kinds == kind
+            if s.any():
+                parts.append(M.throughput_series(ts[rows[s]], payload[s], ids[s], bin_s, t0)
+                             .assign(kind=kind, capture=c.name))
+        par = np.array([parent.get(i, "") for i in ids], object)
+        s = par != ""
+        if s.any():
+            parts.append(M.throughput_series(ts[rows[s]], payload[s], par[s], bin_s, t0)
+                         .assign(kind="connection", capture=c.name))
+        allp = c.table.cols["payload"].astype(np.int64)
+        ip = np.flatnonzero(c.table.cols["ip_ver"] > 0)
+        parts.append(M.throughput_series(ts[ip], allp[ip], np.full(len(ip), c.name, object),
+                                         bin_s, t0).assign(kind="iface", capture=c.name))
+        path = path_of.get(c.name)
+        if path and path not in seen_paths:  # one capture per path: the first by name
+            seen_paths.add(path)
+            parts.append(M.throughput_series(ts[ip], allp[ip], np.full(len(ip), path, object),
+                                             bin_s, t0).assign(kind="path", capture=c.name))
+    if not parts:
+        return pd.DataFrame({k: [] for k in TIMESERIES_COLUMNS})
+    return pd.concat(parts, ignore_index=True)[TIMESERIES_COLUMNS]
+
+
+def headline(flows: pd.DataFrame) -> dict:
+    """Headline numbers of a run (for summary.parquet): totals and means over flows."""
+    top = flows[flows["parent"].fillna("") == ""]
+    def num(s):
+        v = pd.to_numeric(s, errors="coerce")
+        return float(v.mean()) if v.notna().any() else float("nan")
+    return {"flows": len(top), "bytes": int(pd.to_numeric(top["bytes"]).sum()),
+            "throughput_bps_mean": num(top["throughput_bps"]),
+            "fct_s_median": float(pd.to_numeric(top["fct_s"], errors="coerce").median())
+            if len(top) else float("nan"),
+            "retransmissions": int(pd.to_numeric(flows["retransmissions"]).fillna(0).sum()),
+            "reorder_ratio_mean": num(top["reorder_ratio"])}
+
+
+def analyze_bundle(run_dir: str | Path, bin_s: float = DEFAULT_BIN_S,
+                   chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> dict:
+    """Compute ``RUN/metrics/*.parquet`` and return the run's headline metrics.
+
+    run_dir: a result bundle; bin_s: throughput bin (s); chunk_bytes: capture read buffer.
+    Missing inputs (no captures, no samples) give empty tables with the right columns.
+    Raises `CaptureFormatError` for a corrupt capture before anything is written.
+    """
+    run = Path(run_dir)
+    meta = load_metadata(run)
+    caps = [CaptureAnalysis.of(p, chunk_bytes) for p in captures_of(run)]
+    app = S.read_jsonl(run / "samples" / "flows.jsonl", S.APPFLOW_COLUMNS)
+    tables = build_tables(caps, meta, app, bin_s)
+    t0 = meta.get("t0")
+    cwnd = S.read_jsonl(run / "samples" / "cwnd.jsonl", S.CWND_COLUMNS)
+    ping = S.read_jsonl(run / "samples" / "ping.jsonl", S.PING_COLUMNS)
+    events = S.read_jsonl(run / "samples" / "events.jsonl", S.EVENT_COLUMNS)
+    if t0 is not None:
+        cwnd["t_rel"] = cwnd["t"] - float(t0)
+        ping["t_rel"] = ping["t"] - float(t0)
+        events["t_rel"] = events["t_applied"] - float(t0)
+    out = run / "metrics"
+    for name, df in (("flows", tables["flows"]), ("timeseries", tables["timeseries"]),
+                     ("cwnd", cwnd), ("ping", ping), ("events", events)):
+        S.write_parquet(df, out / f"{name}.parquet")
+    head = headline(tables["flows"])
+    head["captures"] = len(caps)
+    head["packets"] = int(sum(len(c.table) for c in caps))
+    return head

@@ -1,0 +1,65 @@
+"""Everything analysis derives from one capture file, computed once."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis import metrics as M
+from analysis.flows import Flows, find_flows
+from analysis.pcap import DEFAULT_CHUNK_BYTES, read_packets
+from analysis.table import PacketTable
+
+FLOW_ID_COLUMNS = ["proto", "src_addr", "sport", "dst_addr", "dport"]
+
+
+def flow_ids(flows: pd.DataFrame) -> pd.Series:
+    """Stable text id of each flow: ``tcp:SRC:SPORT>DST:DPORT`` (initiator first)."""
+    return (flows["proto"] + ":" + flows["src_addr"] + ":" + flows["sport"].astype(str) + ">"
+            + flows["dst_addr"] + ":" + flows["dport"].astype(str))
+
+
+@dataclass
+class CaptureAnalysis:
+    """One capture's packets, flows, per-flow metrics and MPTCP data-level analysis.
+
+    name: capture name (file stem); table, flows: decoded packets and flow assignment;
+    segments: per-TCP-packet sequence analysis; flow_rows: `metrics.flow_table`;
+    dsn: `metrics.dsn_analysis`; connections: `metrics.connection_table`.
+    """
+
+    name: str
+    table: PacketTable
+    flows: Flows
+    segments: pd.DataFrame
+    flow_rows: pd.DataFrame
+    dsn: pd.DataFrame
+    connections: pd.DataFrame
+
+    @classmethod
+    def of(cls, path: str | os.PathLike, chunk_bytes: int = DEFAULT_CHUNK_BYTES
+           ) -> CaptureAnalysis:
+        """Read and analyse the capture at path (chunk_bytes: read-buffer size)."""
+        tbl = read_packets(path, chunk_bytes)
+        fl = find_flows(tbl)
+        seg = M.segments(tbl, fl)
+        rows = M.flow_table(tbl, fl, seg)
+        ddir = rows["data_dir"].to_numpy().astype(np.int64)
+        dsn = M.dsn_analysis(tbl, fl, seg, ddir)
+        conns = M.connection_table(dsn, fl.flows)
+        rows.insert(0, "flow_id", flow_ids(rows).to_numpy())
+        rows.insert(1, "capture", Path(path).stem)
+        return cls(Path(path).stem, tbl, fl, seg, rows, dsn, conns)
+
+    def data_bytes_per_packet(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(row, flow, payload) of the packets in each flow's data direction."""
+        c = self.table.cols
+        ddir = self.flow_rows["data_dir"].to_numpy()
+        f = self.flows.pkt_flow
+        sel = np.flatnonzero(f >= 0)
+        sel = sel[self.flows.pkt_dir[sel] == ddir[f[sel]]]
+        return sel, f[sel], c["payload"][sel].astype(np.int64)

@@ -1,0 +1,94 @@
+"""``testbed analyze`` and ``testbed report``: `register(app)` adds them to the typer app."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from analysis.pcap import DEFAULT_CHUNK_BYTES
+
+TABLE_COLUMNS = [("flow_id", "flow"), ("capture", "capture"), ("packets", "pkts"),
+                 ("bytes", "bytes"), ("fct_s", "FCT s"), ("throughput_bps", "Mbit/s"),
+                 ("retransmissions", "retx"), ("reordered_packets", "reord"),
+                 ("rtt_ms_median", "RTT ms")]
+
+
+def _fmt(col: str, v: object) -> str:
+    if v is None or (isinstance(v, float) and v != v):
+        return "-"
+    if col == "throughput_bps":
+        return f"{float(v) / 1e6:.3f}"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def analyze_files(paths: list[Path], out: Path | None, bin_s: float,
+                  chunk_bytes: int, packets: bool) -> list[list[str]]:
+    """Analyse captures, write parquet under out; return table rows for printing.
+
+    paths: captures; out: output directory or None; bin_s: throughput bin (s);
+    chunk_bytes: read buffer; packets: also write each capture's packet table.
+    """
+    from analysis.bundle import build_tables
+    from analysis.capture import CaptureAnalysis
+    from analysis.samples import empty_appflows, write_atomic, write_parquet
+
+    caps = [CaptureAnalysis.of(p, chunk_bytes) for p in paths]  # all read before any write
+    tables = build_tables(caps, {}, empty_appflows(), bin_s)
+    if out is not None:
+        import pyarrow.parquet as pq
+
+        write_parquet(tables["flows"], out / "flows.parquet")
+        write_parquet(tables["timeseries"], out / "timeseries.parquet")
+        if packets:
+            for c in caps:
+                write_atomic(out / f"packets-{c.name}.parquet",
+                             lambda p, c=c: pq.write_table(c.table.to_arrow(), p))
+    fl = tables["flows"]
+    return [[_fmt(k, r[k]) for k, _ in TABLE_COLUMNS] for _, r in fl.iterrows()]
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``analyze`` and ``report`` commands to the testbed CLI app."""
+    from testbed.cli import guarded
+
+    @app.command()
+    def analyze(pcaps: Annotated[list[Path], typer.Argument(help="pcap / pcapng files.")],
+                out: Annotated[Path | None, typer.Option("--out", help="Write flows.parquet "
+                                                         "and timeseries.parquet here.")] = None,
+                bin_s: Annotated[float, typer.Option("--bin", help="Throughput bin (s).")] = 0.1,
+                chunk_bytes: Annotated[int, typer.Option(help="Read buffer (bytes).")]
+                = DEFAULT_CHUNK_BYTES,
+                packets: Annotated[bool, typer.Option("--packets", help="Also write the "
+                                                      "decoded packets per capture.")] = False
+                ) -> None:
+        """Read captures, print a per-flow table and (with --out) write parquet tables."""
+        rows = guarded(lambda: analyze_files(pcaps, out, bin_s, chunk_bytes, packets))
+        from rich.console import Console
+        from rich.table import Table
+
+        t = Table(show_lines=False)
+        for _, label in TABLE_COLUMNS:
+            t.add_column(label, overflow="fold")
+        for r in rows:
+            t.add_row(*r)
+        Console().print(t)
+        if out is not None:
+            typer.echo(f"wrote {out / 'flows.parquet'} and {out / 'timeseries.parquet'}")
+
+    @app.command()
+    def report(directory: Annotated[Path, typer.Argument(help="A run bundle or sweep DIR.")],
+               paper: Annotated[Path | None, typer.Option(help="paper.toml with published "
+                                                          "values (default DIR/paper.toml).")]
+               = None,
+               out: Annotated[Path | None, typer.Option(help="Output file "
+                                                        "(default DIR/report.html).")] = None
+               ) -> None:
+        """Write a self-contained report.html for a run or a sweep."""
+        from analysis.report import write_report
+
+        path = guarded(lambda: write_report(directory, paper=paper, out=out))
+        typer.echo(str(path))

@@ -1,0 +1,139 @@
+"""Figures (matplotlib, Agg backend): each function returns a Figure; `save` writes PNG + SVG.
+
+* `throughput_figure` -- rate vs time per path / subflow / flow, schedule events marked;
+* `cwnd_figure` -- congestion window vs time per subflow;
+* `sweep_figure` -- a metric vs a swept parameter, mean +- standard deviation over
+  repetitions, one line per policy;
+* `fct_cdf_figure` -- CDF of flow completion times.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from analysis.samples import write_atomic
+
+METRIC_LABELS = {
+    "throughput_bps_mean": ("throughput", "Mbit/s", 1e-6),
+    "fct_s_median": ("median FCT", "ms", 1e3),
+    "reorder_ratio_mean": ("out-of-order packets", "%", 100.0),
+    "retransmissions": ("retransmissions", "packets", 1.0),
+    "bytes": ("bytes delivered", "MB", 1e-6),
+}
+
+
+def _fig(title: str) -> tuple[Figure, plt.Axes]:
+    fig = Figure(figsize=(7.5, 3.8), dpi=100)
+    ax = fig.add_subplot()
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    return fig, ax
+
+
+def throughput_figure(ts: pd.DataFrame, kind: str = "path", events: pd.DataFrame | None = None,
+                      title: str | None = None) -> Figure:
+    """Rate vs time, one line per key of `kind` in a timeseries table.
+
+    ts: metrics/timeseries table; kind: path | subflow | flow | connection | iface;
+    events: metrics/events table (vertical lines at t_rel or t_applied).
+    """
+    fig, ax = _fig(title or f"Throughput per {kind}")
+    sub = ts[ts["kind"] == kind]
+    for key, g in sub.groupby("key"):
+        ax.step(g["t_rel"], g["rate_bps"] / 1e6, where="post", label=str(key))
+    if events is not None and len(events):
+        tcol = "t_rel" if "t_rel" in events else "t_applied"
+        for _, e in events.iterrows():
+            if pd.notna(e[tcol]):
+                ax.axvline(e[tcol], color="0.3", ls="--", lw=1)
+                ax.annotate(str(e.get("link", "")), (e[tcol], 1),
+                            xycoords=("data", "axes fraction"), fontsize=8, rotation=90,
+                            va="top", ha="right")
+    ax.set_xlabel("time since start (s)")
+    ax.set_ylabel("throughput (Mbit/s)")
+    if len(sub):
+        ax.legend(fontsize=7, loc="best")
+    return fig
+
+
+def cwnd_figure(cwnd: pd.DataFrame, t0: float | None = None) -> Figure:
+    """Congestion window (segments) vs time, one line per subflow of a cwnd table."""
+    fig, ax = _fig("Congestion window")
+    if len(cwnd):
+        t = cwnd["t_rel"] if "t_rel" in cwnd else cwnd["t"] - (t0 or cwnd["t"].min())
+        key = (cwnd["host"].astype(str) + " " + cwnd["src_addr"].astype(str) + ":"
+               + cwnd["sport"].astype(str))
+        for k, g in cwnd.assign(_t=t, _k=key).groupby("_k"):
+            ax.plot(g["_t"], g["cwnd"].astype(float), label=k, lw=1)
+        ax.legend(fontsize=7, loc="best")
+    ax.set_xlabel("time since start (s)")
+    ax.set_ylabel("cwnd (segments)")
+    return fig
+
+
+def sweep_figure(summary: pd.DataFrame, param: str, metric: str,
+                 policy: list[str] | None = None, order: list | None = None) -> Figure:
+    """metric vs param, mean +- std over repetitions, one line per policy.
+
+    summary: one row per run; param: swept column (x axis); metric: column (y axis);
+    policy: columns whose combination names a line; order: x values in display order.
+    """
+    label, unit, scale = METRIC_LABELS.get(metric, (metric, "", 1.0))
+    fig, ax = _fig(f"{label} vs {param}")
+    xs = order or sorted(summary[param].dropna().unique(), key=str)
+    pos = {x: i for i, x in enumerate(xs)}
+    groups = summary.groupby(policy, dropna=False) if policy else [("all", summary)]
+    for name, g in groups:
+        stats = g.groupby(param)[metric].agg(["mean", "std", "count"]).reindex(xs)
+        x = [pos[v] for v in stats.index]
+        ax.errorbar(x, stats["mean"] * scale, yerr=stats["std"].fillna(0) * scale, marker="o",
+                    capsize=3, label=", ".join(map(str, np.atleast_1d(name))))
+    ax.set_xticks(range(len(xs)), [str(v) for v in xs])
+    ax.set_xlabel(param)
+    ax.set_ylabel(f"{label} ({unit})" if unit else label)
+    ax.legend(fontsize=7, loc="best")
+    return fig
+
+
+def fct_cdf_figure(flows: pd.DataFrame) -> Figure:
+    """CDF of flow completion times (ms) of the top-level flows of a flows table."""
+    fig, ax = _fig("Flow completion time")
+    top = flows[flows["parent"].fillna("") == ""]
+    fct = np.sort(pd.to_numeric(top["fct_s"], errors="coerce").dropna().to_numpy()) * 1e3
+    if len(fct):
+        ax.step(fct, np.arange(1, len(fct) + 1) / len(fct), where="post")
+    ax.set_xlabel("flow completion time (ms)")
+    ax.set_ylabel("fraction of flows (CDF)")
+    ax.set_ylim(0, 1.02)
+    return fig
+
+
+def to_svg(fig: Figure) -> str:
+    """The figure as an inline SVG document (text)."""
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight")
+    return buf.getvalue()
+
+
+def to_png(fig: Figure) -> bytes:
+    """The figure as PNG bytes."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", bbox_inches="tight")
+    return buf.getvalue()
+
+
+def save(fig: Figure, base: Path) -> list[Path]:
+    """Write base.png and base.svg atomically; returns both paths."""
+    png, svg = base.with_suffix(".png"), base.with_suffix(".svg")
+    write_atomic(png, lambda p: p.write_bytes(to_png(fig)))
+    write_atomic(svg, lambda p: p.write_text(to_svg(fig), encoding="utf-8"))
+    return [png, svg]

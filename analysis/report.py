@@ -1,0 +1,322 @@
+"""``report.html``: one self-contained page for a run or a sweep.
+
+A report is a list of *sections*; a section is a callable ``section(ctx) -> str`` that
+returns an HTML fragment ("" to skip).  `RUN_SECTIONS` / `SWEEP_SECTIONS` are the defaults;
+callers (e.g. a study) add their own with ``write_report(dir, extra_sections=[...])``.
+Figures are embedded as inline SVG, so the file needs nothing else.
+
+Paper values: a ``paper.toml`` in the directory (or passed as ``paper=``) adds a table of
+published numbers next to the measured ones::
+
+    [[value]]
+    metric = "throughput_bps_mean"       # a summary / headline column
+    label = "MPTCP, 2 paths"             # free text
+    value = 7.6e6                        # the paper's number, same unit as the metric
+    tolerance = 0.15                     # optional, relative; flags larger differences
+    where = { "transport.cc" = "cubic" } # optional: only runs with these parameter values
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from analysis import plots
+from analysis.bundle import analyze_bundle, headline, load_metadata
+from analysis.samples import write_atomic
+from testbed import units
+from testbed.compat import tomllib
+from testbed.errors import InputError
+
+Section = Callable[["ReportContext"], str]
+REPORT_NAME = "report.html"
+RATE_WARN_FRACTION = 0.5  # warn when a path's peak rate is below this share of its bw
+
+
+class ReportInputError(InputError):
+    """The directory is neither a run bundle nor a sweep, or paper.toml is malformed."""
+
+
+@dataclass
+class ReportContext:
+    """What sections see. root: the directory; kind: "run" or "sweep"; tables: loaded
+    metrics (run) or {"summary": ...} (sweep); meta: metadata.json; spec_text: spec.toml;
+    warnings: messages sections may append to; paper: paper.toml values."""
+
+    root: Path
+    kind: str
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)
+    spec_text: str = ""
+    warnings: list[str] = field(default_factory=list)
+    paper: list[dict] = field(default_factory=list)
+
+    def spec(self) -> dict:
+        """The parsed spec ({} when absent or unreadable)."""
+        try:
+            return tomllib.loads(self.spec_text) if self.spec_text else {}
+        except tomllib.TOMLDecodeError:
+            return {}
+
+
+def _esc(x: object) -> str:
+    return html.escape(str(x))
+
+
+def _table(df: pd.DataFrame, max_rows: int = 200) -> str:
+    if not len(df):
+        return "<p><em>(none)</em></p>"
+    more = f"<p><em>{len(df) - max_rows} more rows not shown</em></p>" if len(df) > max_rows \
+        else ""
+    return df.head(max_rows).to_html(index=False, border=0, classes="tbl", na_rep="",
+                                     float_format=lambda v: f"{v:.6g}") + more
+
+
+def _figure(fig, caption: str) -> str:
+    svg = plots.to_svg(fig)
+    svg = svg[svg.find("<svg"):]
+    return f'<figure class="fig">{svg}<figcaption>{_esc(caption)}</figcaption></figure>'
+
+
+# ---- run sections ---------------------------------------------------------------------
+
+def metadata_section(ctx: ReportContext) -> str:
+    """Status, times, kernel and versions from metadata.json."""
+    m = ctx.meta
+    keys = ["name", "status", "repetition", "seed", "started", "ended", "wall_s", "kernel",
+            "git_revision", "error"]
+    rows = [(k, m[k]) for k in keys if m.get(k) not in (None, "")]
+    for k, v in m.items():
+        if k not in keys and isinstance(v, (str, int, float)) and len(str(v)) < 120:
+            rows.append((k, v))
+    body = "".join(f"<tr><th>{_esc(k)}</th><td>{_esc(v)}</td></tr>" for k, v in rows)
+    return f"<h2>Run</h2><table class='kv'>{body}</table>" if rows else ""
+
+
+def spec_section(ctx: ReportContext) -> str:
+    """The resolved spec.toml."""
+    return f"<h2>Spec</h2><pre>{_esc(ctx.spec_text)}</pre>" if ctx.spec_text else ""
+
+
+def figures_section(ctx: ReportContext) -> str:
+    """Throughput per path and per subflow/flow with events, cwnd, FCT CDF."""
+    ts, ev = ctx.tables.get("timeseries"), ctx.tables.get("events")
+    out = []
+    if ts is not None and len(ts):
+        for kind in ("path", "subflow", "flow"):
+            if (ts["kind"] == kind).any():
+                out.append(_figure(plots.throughput_figure(ts, kind, ev),
+                                   f"Throughput per {kind} (bins of the timeseries table); "
+                                   "dashed lines: schedule events."))
+    cw = ctx.tables.get("cwnd")
+    if cw is not None and len(cw):
+        out.append(_figure(plots.cwnd_figure(cw, ctx.meta.get("t0")), "cwnd per subflow (ss)."))
+    fl = ctx.tables.get("flows")
+    if fl is not None and len(fl) and pd.to_numeric(fl["fct_s"], errors="coerce").notna().any():
+        out.append(_figure(plots.fct_cdf_figure(fl), "CDF of flow completion times."))
+    return "<h2>Figures</h2>" + "".join(out) if out else ""
+
+
+def flows_section(ctx: ReportContext) -> str:
+    """The per-flow table."""
+    fl = ctx.tables.get("flows")
+    if fl is None:
+        return ""
+    cols = ["flow_id", "protocol", "parent", "bytes", "fct_s", "throughput_bps",
+            "retransmissions", "reordered_packets", "reorder_ratio", "rtt_ms_median", "workload"]
+    return "<h2>Flows</h2>" + _table(fl[[c for c in cols if c in fl]])
+
+
+def rate_warnings(ctx: ReportContext) -> None:
+    """Warn about a run whose measured path rate is far below the configured bandwidth."""
+    ts = ctx.tables.get("timeseries")
+    paths = ctx.spec().get("topology", {}).get("paths") or []
+    if ts is None or not len(ts):
+        return
+    for p in paths:
+        if not isinstance(p, dict) or "name" not in p or "bw" not in p:
+            continue
+        sub = ts[(ts["kind"] == "path") & (ts["key"] == p["name"])]
+        if not len(sub):
+            continue
+        try:
+            bw = units.parse_rate(p["bw"])
+        except InputError:
+            continue
+        peak = float(sub["rate_bps"].max())
+        if peak < RATE_WARN_FRACTION * bw:
+            ctx.warnings.append(f"path {p['name']}: peak measured rate {peak / 1e6:.3g} Mbit/s "
+                                f"is below {RATE_WARN_FRACTION:.0%} of the configured {p['bw']}")
+        elif peak > 1.2 * bw:
+            ctx.warnings.append(f"path {p['name']}: peak measured rate {peak / 1e6:.3g} Mbit/s "
+                                f"exceeds the configured {p['bw']} by more than 20%")
+
+
+def warnings_section(ctx: ReportContext) -> str:
+    """Warnings gathered while building the report."""
+    if ctx.kind == "run":
+        rate_warnings(ctx)
+        if ctx.meta.get("status") not in (None, "complete"):
+            ctx.warnings.append(f"run status is {ctx.meta.get('status')!r}, not complete")
+    if not ctx.warnings:
+        return "<h2>Warnings</h2><p>none</p>"
+    items = "".join(f"<li>{_esc(w)}</li>" for w in ctx.warnings)
+    return f"<h2>Warnings</h2><ul class='warn'>{items}</ul>"
+
+
+def paper_section(ctx: ReportContext) -> str:
+    """Paper values next to measured ones (from paper.toml)."""
+    if not ctx.paper:
+        return ""
+    if ctx.kind == "sweep":
+        data = ctx.tables.get("summary", pd.DataFrame())
+    else:
+        data = pd.DataFrame([headline(ctx.tables["flows"])]) if "flows" in ctx.tables \
+            else pd.DataFrame()
+    rows = []
+    for v in ctx.paper:
+        sel = data
+        for k, want in (v.get("where") or {}).items():
+            sel = sel[sel[k].astype(str) == str(want)] if k in sel else sel.iloc[0:0]
+        col = v["metric"]
+        measured = float(pd.to_numeric(sel[col], errors="coerce").mean()) if col in sel \
+            and len(sel) else math.nan
+        paper = float(v["value"])
+        rel = (measured - paper) / paper if paper and measured == measured else math.nan
+        tol = v.get("tolerance")
+        flag = "" if tol is None or rel != rel else ("ok" if abs(rel) <= float(tol) else "differs")
+        rows.append({"label": v.get("label", ""), "metric": col, "paper": paper,
+                     "measured": measured, "difference": f"{rel:+.1%}" if rel == rel else "",
+                     "check": flag})
+    return "<h2>Comparison with the paper</h2>" + _table(pd.DataFrame(rows))
+
+
+# ---- sweep sections -------------------------------------------------------------------
+
+def _order_key(v: object) -> tuple:
+    for parse in (units.parse_rate, units.parse_duration, units.parse_size,
+                  units.parse_percent, float):
+        try:
+            return (0, float(parse(v)), str(v))
+        except (InputError, TypeError, ValueError):
+            continue
+    return (1, 0.0, str(v))
+
+
+def swept_params(summary: pd.DataFrame) -> list[str]:
+    """Columns that are swept parameters: dotted key paths with more than one value."""
+    return [c for c in summary.columns if "." in c and summary[c].nunique(dropna=True) > 1]
+
+
+def sweep_section(ctx: ReportContext) -> str:
+    """Each metric vs each swept parameter, one line per combination of the others."""
+    s = ctx.tables.get("summary")
+    if s is None or not len(s):
+        return "<h2>Sweep</h2><p><em>no runs</em></p>"
+    params = swept_params(s)
+    metrics = [m for m in plots.METRIC_LABELS if m in s and pd.to_numeric(
+        s[m], errors="coerce").notna().any()]
+    out = ["<h2>Sweep</h2>"]
+    if "status" in s:
+        bad = s[s["status"] != "complete"]
+        for _, r in bad.iterrows():
+            ctx.warnings.append(f"run {r.get('run_id', '?')} is {r['status']}")
+    for p in params:
+        others = [q for q in params if q != p]
+        order = sorted(s[p].dropna().unique(), key=_order_key)
+        for m in metrics:
+            data = s.assign(**{m: pd.to_numeric(s[m], errors="coerce")})
+            out.append(_figure(plots.sweep_figure(data, p, m, others or None, order),
+                               f"{m} vs {p}: mean and standard deviation over repetitions; "
+                               f"one line per {', '.join(others) or 'run set'}."))
+    cols = ["run_id", "status", "repetition", *params, *metrics]
+    out.append("<h3>Runs</h3>" + _table(s[[c for c in cols if c in s]]))
+    return "".join(out)
+
+
+RUN_SECTIONS: tuple[Section, ...] = (metadata_section, figures_section, flows_section,
+                                     paper_section, spec_section, warnings_section)
+SWEEP_SECTIONS: tuple[Section, ...] = (sweep_section, paper_section, warnings_section)
+
+_CSS = """body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}
+table.tbl,table.kv{border-collapse:collapse;font-size:12px}
+.tbl td,.tbl th,.kv td,.kv th{border:1px solid #ccc;padding:2px 6px;text-align:right}
+.kv th{text-align:left;background:#f4f4f4}pre{background:#f6f6f6;padding:8px;overflow:auto}
+figure.fig{margin:1em 0}figure.fig svg{max-width:100%;height:auto}ul.warn li{color:#a40}"""
+
+
+def load_paper(path: Path) -> list[dict]:
+    """Read paper.toml ([[value]] entries with metric and value)."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ReportInputError(f"{path}: not valid TOML ({exc}); fix the file") from None
+    vals = data.get("value", [])
+    for i, v in enumerate(vals):
+        if not isinstance(v, dict) or "metric" not in v or "value" not in v:
+            raise ReportInputError(f"{path}: value[{i}] needs 'metric' and 'value' keys")
+    return vals
+
+
+def _context(root: Path) -> ReportContext:
+    if (root / "metadata.json").is_file() or (root / "pcap").is_dir() or \
+            (root / "metrics").is_dir():
+        ctx = ReportContext(root, "run", meta=load_metadata(root))
+        if not (root / "metrics" / "flows.parquet").is_file():
+            analyze_bundle(root)
+        for name in ("flows", "timeseries", "cwnd", "ping", "events"):
+            p = root / "metrics" / f"{name}.parquet"
+            if p.is_file():
+                ctx.tables[name] = pd.read_parquet(p)
+        spec = root / "spec.toml"
+        ctx.spec_text = spec.read_text(encoding="utf-8") if spec.is_file() else ""
+        return ctx
+    summary = root / "summary.parquet"
+    if summary.is_file():
+        return ReportContext(root, "sweep", tables={"summary": pd.read_parquet(summary)})
+    raise ReportInputError(f"{root}: neither a run bundle (metadata.json, pcap/ or metrics/) "
+                           "nor a sweep (summary.parquet); pass the --out DIR of testbed run")
+
+
+def render(ctx: ReportContext, sections: Sequence[Section]) -> str:
+    """The HTML page of the given sections (warnings section always last)."""
+    body = [s(ctx) for s in sections if s is not warnings_section]
+    if warnings_section in sections:
+        body.append(warnings_section(ctx))
+    title = f"{ctx.kind} report: {ctx.root.name}"
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{_esc(title)}</title>"
+            f"<style>{_CSS}</style></head><body><h1>{_esc(title)}</h1>{''.join(body)}"
+            f"<footer><small>generated by testbed report; "
+            f"{_esc(json.dumps({'sections': len(body)}))}</small></footer></body></html>")
+
+
+def write_report(directory: str | Path, extra_sections: Sequence[Section] = (),
+                 paper: str | Path | None = None, out: str | Path | None = None) -> Path:
+    """Write ``report.html`` for a run bundle or a sweep directory; return its path.
+
+    directory: run bundle or sweep DIR; extra_sections: more `Section` callables (placed
+    before the warnings); paper: a paper.toml (default: DIR/paper.toml when present);
+    out: output file (default DIR/report.html).
+    """
+    root = Path(directory)
+    if not root.is_dir():
+        raise ReportInputError(f"{root}: no such directory; pass a run or sweep directory")
+    ctx = _context(root)
+    pp = Path(paper) if paper else root / "paper.toml"
+    if paper and not pp.is_file():
+        raise ReportInputError(f"{pp}: no such paper values file")
+    if pp.is_file():
+        ctx.paper = load_paper(pp)
+    base = RUN_SECTIONS if ctx.kind == "run" else SWEEP_SECTIONS
+    sections = [s for s in base if s is not warnings_section] + list(extra_sections) + \
+        [warnings_section]
+    page = render(ctx, sections)
+    target = Path(out) if out else root / REPORT_NAME
+    write_atomic(target, lambda p: p.write_text(page, encoding="utf-8"))
+    return target

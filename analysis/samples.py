@@ -1,0 +1,100 @@
+"""The raw JSON-lines files of a result bundle as tables with fixed columns.
+
+Each loader returns a DataFrame with exactly the documented columns (empty when the file
+is missing), so the parquet files always have the same schema.  A malformed line raises
+`CaptureFormatError`-like `InputError` naming the file and line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+
+from testbed.errors import InputError
+
+CWND_COLUMNS = {"t": "float64", "host": "object", "src_addr": "object", "sport": "Int64",
+                "dst_addr": "object", "dport": "Int64", "protocol": "object",
+                "mptcp_token": "object", "cc": "object", "cwnd": "Float64",
+                "ssthresh": "Float64", "srtt_ms": "Float64", "rttvar_ms": "Float64",
+                "delivery_rate_bps": "Float64", "bytes_acked": "Float64", "retrans": "Float64"}
+PING_COLUMNS = {"t": "float64", "src": "object", "dst": "object", "path": "object",
+                "seq": "Int64", "rtt_ms": "Float64", "lost": "bool"}
+EVENT_COLUMNS = {"t_planned": "float64", "t_applied": "float64", "link": "object",
+                 "changes": "object", "error": "object"}
+APPFLOW_COLUMNS = {"flow_id": "object", "workload": "object", "src": "object", "dst": "object",
+                   "src_addr": "object", "dst_addr": "object", "sport": "Int64",
+                   "dport": "Int64", "protocol": "object", "size_bytes": "Float64",
+                   "bytes": "Float64", "start": "float64", "end": "float64",
+                   "fct_s": "Float64", "error": "object"}
+
+
+class SampleFormatError(InputError):
+    """A malformed line in a bundle's samples/*.jsonl file."""
+
+
+def read_jsonl(path: Path | None, columns: dict[str, str]) -> pd.DataFrame:
+    """Load a JSON-lines file into exactly `columns` (name -> dtype); missing file: empty.
+
+    path: the file; columns: schema (extra keys are dropped, missing ones are null).
+    """
+    records = []
+    if path is not None and path.is_file():
+        with open(path, encoding="utf-8") as fh:
+            for lineno, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise SampleFormatError(f"{path}:{lineno}: not JSON ({exc.msg}); the file "
+                                            "is corrupt, re-run or delete the line") from None
+                if not isinstance(rec, dict):
+                    raise SampleFormatError(f"{path}:{lineno}: expected a JSON object per line")
+                records.append(rec)
+    df = pd.DataFrame.from_records(records) if records else pd.DataFrame()
+    out = pd.DataFrame(index=range(len(df)))
+    for name, dtype in columns.items():
+        col = df[name] if name in df.columns else pd.Series([None] * len(df), dtype=object)
+        if name == "changes":
+            col = col.map(lambda v: json.dumps(v, sort_keys=True) if v is not None else None)
+        if dtype == "bool":
+            col = col.fillna(False).astype(bool)
+        elif dtype == "float64":
+            col = pd.to_numeric(col, errors="coerce").astype("float64")
+        elif dtype in ("Int64", "Float64"):
+            col = pd.to_numeric(col, errors="coerce").astype(dtype)
+        else:
+            col = col.astype(object)
+        out[name] = col.to_numpy() if dtype == "object" else col.array
+    return out
+
+
+def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
+    """Write a file through a temporary sibling and rename it into place.
+
+    path: final path; write: called with the temporary path to fill.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_parquet(df: pd.DataFrame, path: Path) -> None:
+    """Write df as parquet atomically."""
+    write_atomic(path, lambda p: df.to_parquet(p, index=False))
+
+
+def empty_appflows() -> pd.DataFrame:
+    """An empty samples/flows.jsonl table (for captures analysed outside a bundle)."""
+    return read_jsonl(None, APPFLOW_COLUMNS)
