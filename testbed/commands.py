@@ -21,6 +21,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -209,11 +210,13 @@ class CommandRunner:
         return Result(full, cp.returncode, cp.stdout, cp.stderr, dur)
 
     def call(self, argv: Sequence[str], *, host: Namespaced | None = None,
-             env: dict[str, str] | None = None, timeout: float | None = None) -> int:
+             env: dict[str, str] | None = None, timeout: float | None = None,
+             relay: bool = False) -> int:
         """Run argv with its output streamed to ours (not captured); return its exit code.
 
         For long interactive steps (a VM, a nested CLI). host/env/timeout as in `run`;
-        timeout None waits forever.
+        timeout None waits forever; relay: copy the child's stdout+stderr through a pipe
+        (for children such as qemu that reopen their stdout and would overwrite a file).
         """
         full = in_namespace(argv, host)
         where = host.name if host is not None else "root"
@@ -222,11 +225,18 @@ class CommandRunner:
             self.transcript.add(TranscriptEntry(t0, full, where, None, 0.0, kind="dry-run"))
             return 0
         try:
-            proc = subprocess.Popen(full, env=env)
+            proc = subprocess.Popen(full, env=env,
+                                    stdout=subprocess.PIPE if relay else None,
+                                    stderr=subprocess.STDOUT if relay else None)
         except FileNotFoundError as exc:
             raise MissingFeatureError(
                 f"'{full[0]}' is not installed; run `make install` (scripts/install)") from exc
         try:
+            if relay and proc.stdout is not None:
+                out = sys.stdout.buffer
+                for chunk in iter(lambda: proc.stdout.read1(65536), b""):
+                    out.write(chunk)
+                    out.flush()
             rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired as exc:
             proc.kill()

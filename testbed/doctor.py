@@ -61,7 +61,7 @@ class Probe:
     def ok(self, argv: list[str], timeout: float = 15) -> bool:
         return self.runner.ok(argv, timeout=timeout, record=False)
 
-    def out(self, argv: list[str], timeout: float = 15) -> tuple[int, str]:
+    def out(self, argv: list[str], timeout: float = 60) -> tuple[int, str]:
         try:
             res = self.runner.run(argv, timeout=timeout, check=False, record=False)
         except Exception as exc:  # missing program, timeout: report, don't crash

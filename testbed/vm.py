@@ -168,7 +168,7 @@ def run_in_vm(cmd: list[str], kernel: Path | None = None, memory: str = "2G", cp
               file=sys.stderr, flush=True)
     t0 = time.time()
     rc = runner.call(vng_argv(vng, image, memory, cpus, use_kvm, guest_command(cmd)),
-                     env=vng_env())
+                     env=vng_env(), relay=True)
     if not quiet:
         print(f"testbed vm: exit {rc} after {time.time() - t0:.0f}s", file=sys.stderr, flush=True)
     return rc
