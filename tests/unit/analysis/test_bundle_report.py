@@ -1,0 +1,139 @@
+"""analyze_bundle, the report (run and sweep) and the CLI commands."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from craft import CLIENT, CLIENT2, SERVER, T0, handshake_and_data, mptcp_connection, write
+from typer.testing import CliRunner
+
+from analysis import bundle, report
+from analysis.capture import CaptureAnalysis
+from testbed.cli import app
+from testbed.errors import CaptureFormatError
+
+
+def _run_dir(tmp_path, with_pcap=True):
+    run = tmp_path / "run"
+    (run / "samples").mkdir(parents=True)
+    if with_pcap:
+        (run / "pcap").mkdir()
+        write(run / "pcap" / "server-eth0.pcap", mptcp_connection([0, 1, 2, 4, 3, 5, 7, 6]))
+    meta = {"status": "complete", "t0": T0, "interfaces": {
+        "server-eth0": {"host": "server", "path": "wifi", "addr": SERVER},
+        "client-eth0": {"host": "client", "path": "wifi", "addr": CLIENT},
+        "client-eth1": {"host": "client", "path": "3g", "addr": CLIENT2}}}
+    (run / "metadata.json").write_text(json.dumps(meta))
+    (run / "spec.toml").write_text('name = "t"\n[topology]\nkind = "multipath"\npaths = [\n'
+                                   '  { name = "wifi", bw = "10Mbit", delay = "1ms" },\n]\n')
+    (run / "samples" / "cwnd.jsonl").write_text("".join(
+        json.dumps({"t": T0 + k * 0.01, "host": "client", "src_addr": CLIENT, "sport": 40000,
+                    "dst_addr": SERVER, "dport": 5201, "cwnd": 10 + k}) + "\n" for k in range(5)))
+    (run / "samples" / "events.jsonl").write_text(json.dumps(
+        {"t_planned": T0 + 0.05, "t_applied": T0 + 0.051, "link": "wifi",
+         "changes": {"down": True}, "error": None}) + "\n")
+    return run
+
+
+def test_analyze_bundle_writes_every_table(tmp_path):
+    run = _run_dir(tmp_path)
+    head = bundle.analyze_bundle(run)
+    assert head["flows"] == 1 and head["bytes"] == 8000 and head["captures"] == 1
+    flows = pd.read_parquet(run / "metrics" / "flows.parquet")
+    assert list(flows.columns) == bundle.FLOW_COLUMNS
+    conn = flows[flows["protocol"] == "mptcp"].iloc[0]
+    assert conn["reordered_packets"] == 2 and conn["reorder_extent_max"] == 1
+    assert set(flows["parent"]) == {"", conn["flow_id"]}
+    ts = pd.read_parquet(run / "metrics" / "timeseries.parquet")
+    assert set(ts["kind"]) == {"subflow", "connection", "iface", "path"}
+    assert ts[ts["kind"] == "connection"]["bytes"].sum() == 8000
+    cwnd = pd.read_parquet(run / "metrics" / "cwnd.parquet")
+    assert len(cwnd) == 5 and cwnd["t_rel"].iloc[1] == pytest.approx(0.01)
+    assert pd.read_parquet(run / "metrics" / "events.parquet")["changes"][0] == '{"down": true}'
+
+
+def test_missing_inputs_give_empty_tables_with_columns(tmp_path):
+    run = tmp_path / "empty"
+    run.mkdir()
+    head = bundle.analyze_bundle(run)
+    assert head["flows"] == 0
+    for name, cols in (("flows", bundle.FLOW_COLUMNS), ("timeseries", bundle.TIMESERIES_COLUMNS)):
+        df = pd.read_parquet(run / "metrics" / f"{name}.parquet")
+        assert len(df) == 0 and list(df.columns) == cols
+    assert "cwnd" in pd.read_parquet(run / "metrics" / "cwnd.parquet").columns
+
+
+def test_corrupt_capture_writes_nothing(tmp_path):
+    run = _run_dir(tmp_path)
+    p = run / "pcap" / "server-eth0.pcap"
+    p.write_bytes(p.read_bytes()[:-7])
+    with pytest.raises(CaptureFormatError, match=r"server-eth0\.pcap"):
+        bundle.analyze_bundle(run)
+    assert not (run / "metrics").exists()
+
+
+def test_metrics_identical_whole_and_chunked(tmp_path):
+    order = list(range(400))
+    for k in range(0, 390, 37):
+        order[k], order[k + 3] = order[k + 3], order[k]
+    path = write(tmp_path / "big.pcap", handshake_and_data(400, order=order, t_step=1e-4))
+    whole = CaptureAnalysis.of(path)
+    chunked = CaptureAnalysis.of(path, chunk_bytes=1500)
+    pd.testing.assert_frame_equal(whole.flow_rows, chunked.flow_rows)
+    pd.testing.assert_frame_equal(whole.segments, chunked.segments)
+    assert whole.flow_rows["reordered_packets"].iloc[0] == 33  # 3 per swap (RFC 4737)
+
+
+def test_run_report_has_figures_tables_spec_and_warnings(tmp_path):
+    run = _run_dir(tmp_path)
+    seen = []
+    path = report.write_report(run, extra_sections=[lambda ctx: seen.append(ctx.kind) or
+                                                    "<h2>Extra</h2>"])
+    page = path.read_text()
+    assert seen == ["run"] and "<h2>Extra</h2>" in page
+    assert page.count("<svg") >= 3 and "throughput (Mbit/s)" in page and "cwnd" in page
+    assert "multipath" in page and "mptcp-subflow" in page
+    assert "below 50% of the configured 10Mbit" in page  # 8 kB in 0.1 s bins
+    assert (run / "metrics" / "flows.parquet").is_file()
+
+
+def _sweep(tmp_path):
+    d = tmp_path / "sweep"
+    d.mkdir()
+    rng = np.random.default_rng(1)
+    rows = [{"run_id": f"{cc}-{bw}-{r}", "status": "complete", "repetition": r,
+             "transport.cc": cc, "topology.paths.1.bw": bw,
+             "throughput_bps_mean": float(bw[:-4]) * 1e6 * (0.9 + 0.01 * rng.random())}
+            for cc in ("reno", "cubic") for bw in ("2Mbit", "10Mbit", "4Mbit") for r in range(3)]
+    pd.DataFrame(rows).to_parquet(d / "summary.parquet")
+    return d
+
+
+def test_sweep_report_and_paper_values(tmp_path):
+    d = _sweep(tmp_path)
+    (d / "paper.toml").write_text('[[value]]\nmetric = "throughput_bps_mean"\nlabel = "cubic"\n'
+                                  'value = 6e6\ntolerance = 0.1\n'
+                                  'where = { "transport.cc" = "cubic" }\n')
+    page = report.write_report(d).read_text()
+    assert page.count("<svg") == 2  # throughput vs each of the two swept parameters
+    assert "Comparison with the paper" in page and "differs" in page
+    xs = sorted(["10Mbit", "2Mbit", "4Mbit"], key=report._order_key)
+    assert xs == ["2Mbit", "4Mbit", "10Mbit"]
+
+
+def test_cli_analyze_and_errors(tmp_path):
+    cap = write(tmp_path / "c.pcap", handshake_and_data(5))
+    r = CliRunner().invoke(app, ["analyze", str(cap), "--out", str(tmp_path / "o")])
+    assert r.exit_code == 0, r.output
+    assert pd.read_parquet(tmp_path / "o" / "flows.parquet")["bytes"].iloc[0] == 5000
+    bad = tmp_path / "bad.pcap"
+    bad.write_bytes(cap.read_bytes()[:-3])
+    r = CliRunner().invoke(app, ["analyze", str(bad), "--out", str(tmp_path / "o2")])
+    assert r.exit_code == 2 and not (tmp_path / "o2").exists()
+    lines = [x for x in r.output.splitlines() if x.strip()]
+    assert len(lines) == 1 and "bad.pcap" in lines[0] and "byte offset" in lines[0]
+    r = CliRunner().invoke(app, ["report", str(tmp_path / "nothing")])
+    assert r.exit_code == 2
