@@ -1,0 +1,173 @@
+"""Packet capture: one tcpdump per chosen interface, confirmed ready, stopped cleanly.
+
+::
+
+    with CaptureSet(runner, pcap_dir=run / "pcap", logs_dir=run / "logs") as caps:
+        caps.add(net.host("client"), "client-eth0")      # host=None: root namespace
+        caps.add(net.host("client"), "client-eth1")
+        caps.start()            # returns once every tcpdump printed "listening on"
+        ... workload ...
+    caps.stats                  # {"client-client-eth0.pcap": {captured, received, dropped}}
+
+Files: ``pcap/<node>-<intf>.pcap`` (``<node>`` is the host name, or the switch name for
+a root-namespace port such as ``s1-eth1``), ``logs/tcpdump-<node>-<intf>.log``.
+
+tcpdump runs with ``-U`` (packet-buffered writes), ``-n``, ``-Z root`` (no privilege
+drop, so it can write wherever the bundle is) and snaplen 128 by default, which keeps
+Ethernet + IPv4 + TCP with 40 bytes of options (MPTCP DSS/ADD_ADDR included).  It is
+started before the workload and readiness is its "listening on" line on stderr
+(printed once the capture is active).  Stopping sends SIGINT so tcpdump flushes and
+closes the file; its "N packets captured / received by filter / dropped by kernel"
+lines are parsed into `stats`.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from testbed.commands import CommandRunner, Namespaced, Process
+from testbed.errors import InputError, RunError
+
+DEFAULT_SNAPLEN = 128
+READY_TIMEOUT_S = 15.0
+_STAT = re.compile(r"(\d+) packets? (captured|received by filter|dropped by kernel)")
+
+
+def tcpdump_argv(intf: str, path: Path, snaplen: int = DEFAULT_SNAPLEN,
+                 bpf_filter: list[str] | None = None) -> list[str]:
+    """tcpdump argv writing interface intf to path.
+
+    snaplen: bytes kept per packet; bpf_filter: optional filter expression tokens.
+    """
+    if not 64 <= snaplen <= 262144:
+        raise InputError(f"capture.snaplen: {snaplen}; use 64..262144")
+    return ["tcpdump", "-i", intf, "-s", str(snaplen), "-U", "-n", "-Z", "root",
+            "-w", str(path), *(bpf_filter or [])]
+
+
+def parse_tcpdump_stats(text: str) -> dict[str, int | None]:
+    """The closing statistics tcpdump prints on stderr -> captured/received/dropped."""
+    out: dict[str, int | None] = {"captured": None, "received": None, "dropped": None}
+    names = {"captured": "captured", "received by filter": "received",
+             "dropped by kernel": "dropped"}
+    for n, what in _STAT.findall(text):
+        out[names[what]] = int(n)
+    return out
+
+
+def pcap_name(node: str, intf: str) -> str:
+    """``<node>-<intf>.pcap``."""
+    return f"{node}-{intf}.pcap"
+
+
+class Capture:
+    """tcpdump on one interface.
+
+    runner: command runner; host: Mininet host owning intf (None: root namespace);
+    intf: interface name; pcap_dir/logs_dir: bundle folders; snaplen: bytes per packet;
+    node: name for the file (default: the host's name, or the switch part of intf).
+    """
+
+    def __init__(self, runner: CommandRunner, host: Namespaced | None, intf: str,
+                 pcap_dir: Path, logs_dir: Path, snaplen: int = DEFAULT_SNAPLEN,
+                 node: str | None = None, bpf_filter: list[str] | None = None):
+        self.runner, self.host, self.intf = runner, host, intf
+        self.node = node or (host.name if host is not None else intf.split("-")[0])
+        self.path = Path(pcap_dir) / pcap_name(self.node, intf)
+        self.log = Path(logs_dir) / f"tcpdump-{self.node}-{intf}.log"
+        self.argv = tcpdump_argv(intf, self.path, snaplen, bpf_filter)
+        self.proc: Process | None = None
+        self.stats: dict[str, int | None] = {}
+        self._offset = 0
+
+    def _log_text(self) -> str:
+        if not self.log.exists():
+            return ""
+        with open(self.log, "rb") as f:
+            f.seek(self._offset)
+            return f.read().decode(errors="replace")
+
+    def spawn(self) -> None:
+        """Start tcpdump (without waiting for it)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        self._offset = self.log.stat().st_size if self.log.exists() else 0
+        self.proc = self.runner.spawn(self.argv, host=self.host, log=self.log)
+
+    def ready(self) -> bool:
+        """True once tcpdump reported that it is listening; RunError if it died."""
+        text = self._log_text()
+        if "listening on" in text:
+            return True
+        if self.proc is not None and not self.proc.running():
+            raise RunError(f"tcpdump on {self.node}:{self.intf} exited: "
+                           f"{text.strip()[-300:] or 'no output'}")
+        return False
+
+    def start(self, timeout: float = READY_TIMEOUT_S) -> None:
+        """Start tcpdump and wait until it captures."""
+        self.spawn()
+        _wait_ready([self], timeout)
+
+    def stop(self) -> dict[str, int | None]:
+        """SIGINT tcpdump (it closes the file cleanly); return its packet counts."""
+        if self.proc is not None:
+            self.proc.stop(sig=signal.SIGINT, timeout=10)
+            self.proc = None
+            self.stats = parse_tcpdump_stats(self._log_text())
+        return self.stats
+
+
+def _wait_ready(caps: list[Capture], timeout: float) -> None:
+    deadline = time.time() + timeout
+    pending = list(caps)
+    while pending:
+        pending = [c for c in pending if not c.ready()]
+        if not pending:
+            return
+        if time.time() > deadline:
+            names = ", ".join(f"{c.node}:{c.intf}" for c in pending)
+            raise RunError(f"tcpdump not ready after {timeout:g}s on {names}")
+        time.sleep(0.05)
+
+
+class CaptureSet:
+    """Several `Capture` s started together and always stopped (context manager)."""
+
+    def __init__(self, runner: CommandRunner, pcap_dir: Path, logs_dir: Path,
+                 snaplen: int = DEFAULT_SNAPLEN):
+        self.runner, self.pcap_dir, self.logs_dir, self.snaplen = (runner, Path(pcap_dir),
+                                                                    Path(logs_dir), snaplen)
+        self.captures: list[Capture] = []
+        self.stats: dict[str, dict[str, int | None]] = {}
+
+    def add(self, host: Namespaced | None, intf: str, node: str | None = None) -> Capture:
+        """Plan a capture on intf of host (None: root namespace)."""
+        cap = Capture(self.runner, host, intf, self.pcap_dir, self.logs_dir, self.snaplen,
+                      node)
+        if any(c.path == cap.path for c in self.captures):
+            raise InputError(f"capture: {cap.node}:{intf} is listed twice")
+        self.captures.append(cap)
+        return cap
+
+    def start(self, timeout: float = READY_TIMEOUT_S) -> None:
+        """Start every capture and return once all are listening."""
+        for c in self.captures:
+            c.spawn()
+        _wait_ready(self.captures, timeout)
+
+    def stop(self) -> dict[str, dict[str, int | None]]:
+        """Stop every capture; stats per pcap file name."""
+        for c in self.captures:
+            self.stats[c.path.name] = c.stop()
+        return self.stats
+
+    def __enter__(self) -> CaptureSet:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()

@@ -1,0 +1,225 @@
+"""Run flows with the flow tool inside Mininet hosts and collect one record per flow.
+
+The runner gives all the run's `FlowSpec` s (from `testbed.traffic.patterns`) to one
+`FlowRun`::
+
+    flows = resolve_flows(flows, addr_of={"server": "10.0.100.1"},
+                          via_addr={("client", "wifi"): "10.0.1.1"})
+    fr = FlowRun(runner, hosts={"client": c, "server": s}, flows=flows,
+                 samples_dir=run / "samples", logs_dir=run / "logs")
+    fr.start(t0)              # servers/sinks first (confirmed listening), then clients
+    fr.wait(timeout=60)       # True when every client has finished
+    fr.stop()                 # SIGTERM: unfinished flows are recorded as interrupted
+    records = fr.collect()    # -> samples/flows.jsonl, one record per flow, always
+
+One server per (destination host, protocol) -- ``tcp``/``mptcp`` flow-tool servers and
+``udp`` sinks -- on consecutive ports from ``base_port``; one client process per source
+host runs all of that host's flows at ``t0 + start_s``.  Files: ``logs/flows-<src>.json``
+(the flows handed to a client), ``logs/flows-<src>.jsonl`` (its records),
+``logs/flowtool-<role>-<host>-<port>.jsonl`` (server/sink records: bytes received per
+connection or UDP source), ``logs/flowtool-*.log`` (stdout/stderr).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from testbed.commands import CommandRunner, Namespaced, Process
+from testbed.errors import CommandTimeout, InputError, RunError
+from testbed.traffic.flowspec import FlowSpec, base_record, dump_flows, read_records
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+READY_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 15.0
+
+
+def flowtool_argv(*args: str, python: str | None = None) -> list[str]:
+    """``python -m testbed.traffic.flowtool ARGS`` as argv."""
+    return [python or sys.executable, "-m", "testbed.traffic.flowtool", *args]
+
+
+def server_argv(port: int, protocol: str, log: Path, python: str | None = None) -> list[str]:
+    """The flow-tool server (tcp/mptcp) or UDP sink (udp) listening on port."""
+    if protocol == "udp":
+        return flowtool_argv("sink", "--port", str(port), "--log", str(log), python=python)
+    return flowtool_argv("server", "--port", str(port), "--protocol", protocol, "--log",
+                         str(log), python=python)
+
+
+def client_argv(flows_file: Path, out: Path, t0: float, python: str | None = None
+                ) -> list[str]:
+    """The flow-tool client running the flows in flows_file from time origin t0."""
+    return flowtool_argv("client", "--flows", str(flows_file), "--t0", repr(t0), "--out",
+                         str(out), python=python)
+
+
+def resolve_flows(flows: Sequence[FlowSpec], addr_of: Mapping[str, str],
+                  via_addr: Mapping[tuple[str, str], str] | None = None) -> list[FlowSpec]:
+    """Fill in each flow's destination address and (for ``via``) its source address.
+
+    addr_of: host -> the address clients connect to; via_addr: (host, path) -> that
+    host's address on the path.
+    """
+    out = []
+    for f in flows:
+        dst_addr = f.dst_addr or addr_of.get(f.dst)
+        if dst_addr is None:
+            raise InputError(f"workload {f.workload!r}: no address known for host {f.dst!r}")
+        bind = f.bind_addr
+        if f.via is not None and bind is None:
+            bind = (via_addr or {}).get((f.src, f.via))
+            if bind is None:
+                raise InputError(f"workload {f.workload!r}: host {f.src!r} has no interface "
+                                 f"on path {f.via!r}")
+        out.append(dataclasses.replace(f, dst_addr=dst_addr, bind_addr=bind))
+    return out
+
+
+def assign_ports(flows: Sequence[FlowSpec], base_port: int = 5001
+                 ) -> tuple[list[FlowSpec], dict[tuple[str, str], int]]:
+    """One port per (dst host, protocol), in order of first appearance.
+
+    Returns the flows with ``dport`` set and the servers to start: (host, protocol) -> port.
+    """
+    servers: dict[tuple[str, str], int] = {}
+    out = []
+    for f in flows:
+        key = (f.dst, f.protocol)
+        if key not in servers:
+            servers[key] = base_port + len(servers)
+        out.append(dataclasses.replace(f, dport=servers[key]))
+    return out, servers
+
+
+def merge_records(flows: Sequence[FlowSpec], records: Sequence[dict[str, Any]],
+                  exit_codes: Mapping[str, int | None]) -> list[dict[str, Any]]:
+    """Exactly one record per flow: the client's, or a synthesized failure.
+
+    exit_codes: source host -> its client's exit status (None: still running/killed).
+    """
+    by_id = {r.get("flow_id"): r for r in records}
+    out = []
+    for f in flows:
+        rec = by_id.get(f.flow_id)
+        if rec is None:
+            rec = base_record(f)
+            rec["error"] = (f"no record: the flow-tool client on {f.src} exited with "
+                            f"{exit_codes.get(f.src)}")
+        out.append(rec)
+    return sorted(out, key=lambda r: (r.get("start") or float("inf"), str(r["flow_id"])))
+
+
+class FlowRun:
+    """Servers, sinks and clients of one run's flows (see the module docstring).
+
+    runner: command runner; hosts: host name -> Mininet host; flows: resolved flows
+    (`resolve_flows`); samples_dir/logs_dir: the bundle's folders; base_port: first
+    server port; python: interpreter for the flow tool (default: this one).
+    """
+
+    def __init__(self, runner: CommandRunner, hosts: Mapping[str, Namespaced],
+                 flows: Sequence[FlowSpec], samples_dir: Path, logs_dir: Path,
+                 base_port: int = 5001, python: str | None = None):
+        for f in flows:
+            f.check()
+            for h in (f.src, f.dst):
+                if h not in hosts:
+                    raise InputError(f"workload {f.workload!r}: no host named {h!r}")
+        ids = [f.flow_id for f in flows]
+        if len(set(ids)) != len(ids):
+            raise InputError("flow ids must be unique across workloads")
+        self.runner = runner
+        self.hosts = hosts
+        self.flows, self.servers = assign_ports(flows, base_port)
+        self.samples_dir = Path(samples_dir)
+        self.logs_dir = Path(logs_dir)
+        self.python = python
+        self.env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+        self._servers: list[tuple[Process, Path]] = []
+        self._clients: dict[str, Process] = {}
+        self.t0: float | None = None
+
+    def _src_hosts(self) -> list[str]:
+        return sorted({f.src for f in self.flows})
+
+    def start(self, t0: float | None = None, ready_timeout: float = READY_TIMEOUT_S) -> None:
+        """Start servers/sinks, wait until they listen, then start one client per source.
+
+        t0: the time origin flows' ``start_s`` count from (default: now).
+        """
+        self.samples_dir.mkdir(parents=True, exist_ok=True)
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        for (host, proto), port in self.servers.items():
+            role = "sink" if proto == "udp" else "server"
+            stem = f"flowtool-{role}-{host}-{port}"
+            out = self.logs_dir / f"{stem}.out"
+            argv = server_argv(port, proto, self.logs_dir / f"{stem}.jsonl", self.python)
+            proc = self.runner.spawn(argv, host=self.hosts[host], stdout=out,
+                                     log=self.logs_dir / f"{stem}.log", env=self.env)
+            self._servers.append((proc, out))
+        deadline = time.time() + ready_timeout
+        for proc, out in self._servers:
+            while '"listening"' not in (out.read_text() if out.exists() else ""):
+                if not proc.running():
+                    raise RunError(f"flow-tool server died at start: {' '.join(proc.argv)} "
+                                   f"(see {out.with_suffix('.log')})")
+                if time.time() > deadline:
+                    raise RunError(f"flow-tool server not listening after {ready_timeout:g}s: "
+                                   f"{' '.join(proc.argv)}")
+                time.sleep(0.05)
+        self.t0 = time.time() if t0 is None else t0
+        for src in self._src_hosts():
+            mine = [f for f in self.flows if f.src == src]
+            spec = self.logs_dir / f"flows-{src}.json"
+            spec.write_text(dump_flows(mine))
+            out = self.logs_dir / f"flows-{src}.jsonl"
+            self._clients[src] = self.runner.spawn(
+                client_argv(spec, out, self.t0, self.python), host=self.hosts[src],
+                log=self.logs_dir / f"flowtool-client-{src}.log", env=self.env)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for every client to finish; False if some still run after timeout."""
+        deadline = None if timeout is None else time.time() + timeout
+        for proc in self._clients.values():
+            left = None if deadline is None else max(0.0, deadline - time.time())
+            try:
+                proc.wait(left)
+            except CommandTimeout:
+                return False
+        return True
+
+    def stop(self) -> None:
+        """Stop clients (they record unfinished flows as interrupted), then servers."""
+        for proc in self._clients.values():
+            proc.stop(timeout=STOP_TIMEOUT_S)
+        for proc, _out in self._servers:
+            proc.stop(timeout=STOP_TIMEOUT_S)
+
+    def collect(self) -> list[dict[str, Any]]:
+        """Merge the clients' records into ``samples/flows.jsonl`` (one per flow)."""
+        records: list[dict[str, Any]] = []
+        for src in self._src_hosts():
+            path = self.logs_dir / f"flows-{src}.jsonl"
+            if path.exists():
+                records += read_records(path.read_text())
+        codes = {src: p.popen.poll() for src, p in self._clients.items()}
+        merged = merge_records(self.flows, records, codes)
+        with open(self.samples_dir / "flows.jsonl", "a") as f:
+            for rec in merged:
+                f.write(json.dumps(rec, sort_keys=True) + "\n")
+        return merged
+
+    def server_records(self) -> list[dict[str, Any]]:
+        """What the servers and sinks logged (bytes received per connection/source)."""
+        out = []
+        for path in sorted(self.logs_dir.glob("flowtool-s*-*.jsonl")):
+            out += read_records(path.read_text())
+        return out
