@@ -84,9 +84,13 @@ def run_command(
 
 def _native_ok() -> bool:
     """Whether doctor says this machine can run experiments here (root, netem, OVS, ...)."""
+    import os
+
+    if os.environ.get("TESTBED_IN_VM") == "1":
+        return True
     from testbed import doctor
 
-    return bool(doctor.native_ok())
+    return bool(doctor.can_run_natively())
 
 
 def _self_argv(spec: Path, out: Path, overrides: list[str], fail_fast: bool) -> list[str]:

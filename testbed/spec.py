@@ -114,6 +114,7 @@ NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$"
 HOST_RE = r"^[A-Za-z][A-Za-z0-9_-]{0,9}$"
 CC_RE = r"^[a-z][a-z0-9_]{0,15}$"
 IFACE_RE = r"^[A-Za-z0-9_.-]{1,15}$"
+PATH_RE = r"^[a-z][a-z0-9_]{0,15}$"  # as topologies.multipath accepts
 Name = Annotated[str, Field(pattern=NAME_RE)]
 HostName = Annotated[str, Field(pattern=HOST_RE)]
 CCName = Annotated[str, Field(pattern=CC_RE)]
@@ -121,6 +122,8 @@ _PATTERN_WORDS = {
     NAME_RE: "use up to 32 letters, digits, '-' and '_', starting with a letter or digit",
     HOST_RE: "use up to 10 letters, digits, '-' and '_', starting with a letter",
     CC_RE: "use a kernel name in lower case, e.g. 'cubic' or 'reno'",
+    PATH_RE: "use up to 16 lower-case letters, digits and '_', starting with a letter "
+             "(e.g. 'wifi', 'lte')",
     IFACE_RE: "use an interface name such as 'client-eth0'",
 }
 
@@ -151,7 +154,7 @@ class SpecModel(BaseModel):
 class PathSpec(SpecModel):
     """One path of a multipath topology: a named, shaped link pair client <-> server."""
 
-    name: Name
+    name: Annotated[str, Field(pattern=PATH_RE)]
     bw: Rate | None = None
     delay: Duration = 0.0
     jitter: Duration = 0.0
@@ -164,6 +167,7 @@ class MultipathTopology(SpecModel):
 
     kind: Literal["multipath"]
     paths: Annotated[list[PathSpec], Field(min_length=1, max_length=8)]
+    server_multihomed: bool = False
 
     def host_names(self) -> list[str]:
         """The hosts this topology creates."""

@@ -30,15 +30,15 @@ SPEC = {
     "repetitions": 3,
     "topology": {"kind": "multipath", "paths": [
         {"name": "wifi", "bw": "4Mbit", "delay": "10ms", "queue": 100},
-        {"name": "3g", "bw": "384kbit", "delay": "60ms", "jitter": "5ms", "loss": "0.5%"}]},
+        {"name": "cell", "bw": "384kbit", "delay": "60ms", "jitter": "5ms", "loss": "0.5%"}]},
     "schedule": [{"at": "12s", "link": "wifi", "down": True},
-                 {"at": "20s", "link": "3g", "bw": "2Mbit", "delay": "25us"}],
+                 {"at": "20s", "link": "cell", "bw": "2Mbit", "delay": "25us"}],
     "transport": {"protocol": "mptcp", "cc": "cubic", "rmem": "64KiB"},
     "workload": [
         {"kind": "bulk", "src": "client", "dst": "server", "size": "20MB"},
         {"kind": "bulk", "src": "client", "dst": "server", "start": "5s", "via": "wifi",
          "protocol": "tcp", "duration": "10s"},
-        {"kind": "cbr", "src": "server", "dst": "client", "rate": "1Mbit", "via": "3g"},
+        {"kind": "cbr", "src": "server", "dst": "client", "rate": "1Mbit", "via": "cell"},
         {"kind": "ping", "src": "client", "dst": "server", "interval": "200ms"},
     ],
     "capture": {"snaplen": 96},

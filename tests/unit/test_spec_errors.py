@@ -19,7 +19,7 @@ BASE: dict[str, Any] = {
     "seed": 1,
     "topology": {"kind": "multipath", "paths": [
         {"name": "wifi", "bw": "4Mbit", "delay": "10ms", "queue": 100},
-        {"name": "3g", "bw": "4Mbit", "delay": "60ms", "jitter": "5ms", "loss": "0.5%"}]},
+        {"name": "cell", "bw": "4Mbit", "delay": "60ms", "jitter": "5ms", "loss": "0.5%"}]},
     "transport": {"protocol": "mptcp", "cc": "cubic"},
     "workload": [{"kind": "bulk", "src": "client", "dst": "server", "size": "2MB"},
                  {"kind": "ping", "src": "client", "dst": "server", "interval": "200ms",
@@ -91,6 +91,8 @@ CASES: list[tuple[str, Callable[[], dict], str]] = [
     ("unknown controller kind", _set("controller.kind", "hedera"), "controller.kind:"),
     ("no workloads", _set("workload", []), "workload:"),
     ("bad name", _set("name", "my experiment"), "name:"),
+    ("path name with capitals", _set("topology.paths.0.name", "WiFi"),
+     "topology.paths[0].name:"),
     ("workload start after the end", _set("workload.0.start", "12s"), "workload[0].start:"),
     ("size and duration both", _set("workload.0.duration", "5s"), "workload[0].duration:"),
     ("sweep over an unknown key", _set("sweep", {"transport.ccc": ["reno", "cubic"]}),

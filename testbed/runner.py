@@ -1,0 +1,661 @@
+"""One run, end to end: `execute_run(plan, bundle, meta, phase)`.
+
+Order (every step through one `CommandRunner`, whose transcript goes into the bundle)::
+
+    preflight   host facts (kernel, versions, git), congestion controls loaded, names checked
+    set-up      Network (+ controller) up, transport on every host, captures listening,
+                samplers running, flow-tool servers listening
+    traffic     t0 = the moment the servers listen; flows, pings and schedule events run
+                at t0 + their offsets on the time.time() clock; the run lasts `duration`
+                (or until every finite workload is done, with ``stop_when_done``)
+    teardown    workloads, samplers and captures stopped; tc/OVS/sysctl dumps; Network down
+    analysis    `analysis.bundle.analyze_bundle` fills metrics/ and gives the headline
+
+The pure parts -- the topology object, flow lists, schedule events, transport settings
+-- are separate functions, shared with `dry_run_commands` (``testbed run --dry-run``),
+which feeds the same command builders to a dry-run `CommandRunner` without root.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from testbed.commands import CommandRunner
+from testbed.errors import SpecError
+from testbed.results import Bundle, atomic_write_text
+from testbed.spec import (
+    BulkWorkload,
+    CbrWorkload,
+    Experiment,
+    FatTreeTopology,
+    FlowsWorkload,
+    MultipathTopology,
+    PingWorkload,
+    format_duration_exact,
+)
+from testbed.sweep import workload_seed
+
+Phase = Callable[[str], None]
+POLL_S = 0.1
+CONTROLLER_PORT = 6653
+
+
+# ---------------------------------------------------------------------------------------
+# pure: from the spec to the pieces' inputs
+
+
+def build_topology(exp: Experiment) -> Any:
+    """The Mininet `Topo` for the spec (pure; no root needed).
+
+    exp: the resolved spec.
+    """
+    topo = exp.topology
+    if isinstance(topo, MultipathTopology):
+        from testbed.shaping import LinkShape
+        from topologies.multipath import MultiHomedTopo
+        from topologies.multipath import PathSpec as TopoPath
+
+        paths = [TopoPath(p.name, LinkShape(
+            bw_bps=p.bw, delay_s=p.delay, jitter_s=p.jitter, loss_pct=p.loss,
+            **({"queue_pkts": p.queue} if p.queue is not None else {}))) for p in topo.paths]
+        return MultiHomedTopo(paths=paths, server_multihomed=topo.server_multihomed)
+    if isinstance(topo, FatTreeTopology):
+        from topologies.fattree import FatTreeTopo
+
+        return FatTreeTopo(
+            k=topo.k, bw=None if topo.bw is None else topo.bw / 1e6,
+            delay=format_duration_exact(topo.delay) if topo.delay else None,
+            loss=topo.loss or None, max_queue_size=topo.queue)
+    module, _, cls = topo.kind.partition(":")
+    try:
+        klass = getattr(importlib.import_module(module), cls)
+    except (ImportError, AttributeError) as exc:
+        raise SpecError(f"topology.kind: cannot load {topo.kind!r} ({exc}); give "
+                        "'package.module:Class' importable from the project") from None
+    try:
+        return klass(**topo.params)
+    except TypeError as exc:
+        raise SpecError(f"topology.params: {topo.kind} does not accept them ({exc})") from None
+
+
+def topo_hosts(exp: Experiment, topo: Any) -> list[str]:
+    """The hosts workloads may use: the spec's names, or every host of a custom class."""
+    names = exp.topology.host_names()
+    return list(names) if names is not None else sorted(topo.hosts())
+
+
+def check_against_topology(exp: Experiment, topo: Any) -> None:
+    """Names the spec uses that the built topology lacks -> `SpecError` naming the key.
+
+    exp: the spec; topo: `build_topology(exp)`.
+    """
+    from testbed.network import link_groups
+
+    hosts = set(topo.hosts())
+    for i, wl in enumerate(exp.workload):
+        for key in ("src", "dst", "hosts"):
+            value = getattr(wl, key, None)
+            for name in value if isinstance(value, list) else [value]:
+                if name is not None and name not in hosts:
+                    raise SpecError(f"workload[{i}].{key}: no host named {name!r} in "
+                                    f"{exp.topology.kind}")
+    links = link_groups(topo)
+    for i, ev in enumerate(exp.schedule):
+        if ev.link not in links:
+            known = ", ".join(sorted(links)[:8]) or "none (no shaped links)"
+            raise SpecError(f"schedule[{i}].link: no shaped link named {ev.link!r}; links "
+                            f"are {known}{' ...' if len(links) > 8 else ''}")
+
+
+def schedule_events(exp: Experiment) -> list[Any]:
+    """The spec's ``[[schedule]]`` as `testbed.schedule.ScheduleEvent` s."""
+    from testbed.schedule import LinkChange, ScheduleEvent
+
+    out = []
+    for ev in exp.schedule:
+        out.append(ScheduleEvent(ev.at, ev.link, LinkChange(
+            bw_bps=ev.bw, delay_s=ev.delay, jitter_s=ev.jitter, loss_pct=ev.loss,
+            up=None if ev.down is None else not ev.down)))
+    return sorted(out, key=lambda e: e.at_s)
+
+
+def uses_mptcp(exp: Experiment) -> bool:
+    """Whether any workload's connections are MPTCP."""
+    for wl in exp.workload:
+        proto = getattr(wl, "protocol", None)
+        if isinstance(wl, (BulkWorkload, FlowsWorkload)) and \
+                (proto or exp.transport.protocol) == "mptcp":
+            return True
+    return False
+
+
+def transport_settings(exp: Experiment) -> Any:
+    """`testbed.mptcp.TransportSettings` for the hosts: MPTCP if any workload needs it."""
+    from testbed.mptcp import TransportSettings
+
+    t = exp.transport
+    return TransportSettings(protocol="mptcp" if uses_mptcp(exp) else "tcp", cc=t.cc,
+                             rmem=t.rmem, wmem=t.wmem, subflows=t.subflows,
+                             subflows_per_path=t.subflows_per_path, scheduler=t.scheduler,
+                             sysctl=dict(t.sysctl))
+
+
+def plan_flows(exp: Experiment, run_seed: int, hosts: list[str]) -> list[Any]:
+    """Every flow of the run (bulk, flows, cbr) as `FlowSpec` s with host names only.
+
+    exp: the spec; run_seed: the repetition's seed (random patterns derive theirs from
+    it); hosts: the host pool for patterns without an explicit one.
+    """
+    from testbed.traffic import patterns as pt
+
+    flows: list[Any] = []
+    for i, wl in enumerate(exp.workload):
+        name = exp.workload_name(i)
+        if isinstance(wl, BulkWorkload):
+            flows += pt.one_to_one(name, wl.src, wl.dst,
+                                   protocol=wl.protocol or exp.transport.protocol,
+                                   size=wl.size, duration=wl.duration, start=wl.start,
+                                   parallel=wl.parallel, via=wl.via, cc=wl.cc)
+        elif isinstance(wl, FlowsWorkload):
+            proto = wl.protocol or exp.transport.protocol
+            seed = wl.seed if wl.seed is not None else workload_seed(run_seed, i)
+            pool = wl.hosts or hosts
+            if wl.pattern == "incast":
+                assert wl.src is not None and wl.dst is not None
+                flows += pt.incast(name, wl.src, wl.dst, wl.size, count=wl.count,
+                                   start=wl.start, interval=wl.interval, protocol=proto,
+                                   cc=wl.cc)
+            elif wl.pattern == "random":
+                flows += pt.random_pairs(name, pool, wl.count or 0, wl.size, seed,
+                                         start=wl.start, interval=wl.interval,
+                                         protocol=proto, cc=wl.cc)
+            else:
+                flows += pt.permutation(name, pool, wl.size, seed, start=wl.start,
+                                        interval=wl.interval, protocol=proto, cc=wl.cc)
+        elif isinstance(wl, CbrWorkload):
+            flows += pt.cbr(name, wl.src, wl.dst, wl.rate, packet_size=wl.packet_size,
+                            duration=wl.duration, start=wl.start, via=wl.via)
+    return flows
+
+
+def path_addresses(exp: Experiment, topo: Any) -> dict[tuple[str, str], str]:
+    """(host, path) -> that host's address on the path (multipath topologies)."""
+    if not isinstance(exp.topology, MultipathTopology):
+        return {}
+    out = {}
+    for pa in topo.plan:
+        out[("client", pa.name)] = pa.client_addr
+        if pa.far_node == "server":
+            out[("server", pa.name)] = pa.far_addr
+    return out
+
+
+def host_addresses(topo: Any) -> dict[str, str]:
+    """host -> its primary address, from the topology's host options."""
+    out = {}
+    for h in topo.hosts():
+        ip = topo.nodeInfo(h).get("ip")
+        if ip:
+            out[h] = str(ip).split("/")[0]
+    return out
+
+
+def resolve_addresses(flows: list[Any], addr_of: dict[str, str],
+                      via_addr: dict[tuple[str, str], str]) -> list[Any]:
+    """Fill in addresses; a flow pinned ``via`` a path uses the path address of whichever
+    end has one (client -> server: the client's source; server -> client: the client's
+    destination), the primary address otherwise."""
+    import dataclasses
+
+    from testbed.traffic.flows import resolve_flows
+
+    pinned = []
+    for f in flows:
+        if f.via is not None:
+            dst = via_addr.get((f.dst, f.via)) or addr_of.get(f.dst)
+            src = via_addr.get((f.src, f.via)) or addr_of.get(f.src)
+            f = dataclasses.replace(f, dst_addr=dst, bind_addr=src)
+        pinned.append(f)
+    return resolve_flows(pinned, addr_of, via_addr)
+
+
+def flow_sender_hosts(flows: list[Any]) -> list[str]:
+    """Hosts that send TCP/MPTCP data (where cwnd sampling makes sense)."""
+    return sorted({f.src for f in flows if f.protocol in ("tcp", "mptcp")})
+
+
+def capture_targets(exp: Experiment, topo: Any, hosts: list[str]) -> list[tuple[str, str]]:
+    """(host, interface) pairs to capture, from ``[capture]`` (default: every host's)."""
+    cap = exp.capture
+    if not cap.enabled:
+        return []
+    chosen = cap.hosts or hosts
+    out = []
+    for n1, n2, info in topo.links(sort=True, withInfo=True):
+        for node, port, name in ((n1, info.get("port1"), info.get("intfName1")),
+                                 (n2, info.get("port2"), info.get("intfName2"))):
+            if node in chosen:
+                intf = name or f"{node}-eth{port}"
+                if cap.interfaces is None or intf in cap.interfaces:
+                    out.append((node, intf))
+    if cap.interfaces:
+        missing = sorted(set(cap.interfaces) - {i for _h, i in out})
+        if missing:
+            raise SpecError(f"capture.interfaces: {missing[0]!r} is not an interface of "
+                            f"the captured hosts ({', '.join(chosen)})")
+    return sorted(set(out))
+
+
+def ping_targets(exp: Experiment, addr_of: dict[str, str],
+                 via_addr: dict[tuple[str, str], str]) -> list[dict[str, Any]]:
+    """Keyword arguments for one `PingRun` per ping workload (plus its start offset)."""
+    out = []
+    for i, wl in enumerate(exp.workload):
+        if not isinstance(wl, PingWorkload):
+            continue
+        dst = addr_of.get(wl.dst)
+        bind = None
+        if wl.via is not None:
+            dst = via_addr.get((wl.dst, wl.via)) or dst
+            bind = via_addr.get((wl.src, wl.via))
+        if dst is None:
+            raise SpecError(f"workload[{i}].dst: host {wl.dst!r} has no address")
+        out.append({"start": wl.start, "host": wl.src, "dst_addr": dst,
+                    "name": exp.workload_name(i), "src": wl.src, "dst": wl.dst,
+                    "path": wl.via, "interval": wl.interval, "count": wl.count,
+                    "duration": wl.duration, "size": wl.size, "bind": bind})
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# facts for metadata.json
+
+
+def _first_line(runner: CommandRunner, argv: list[str]) -> str | None:
+    try:
+        res = runner.run(argv, check=False, record=False, timeout=20)
+    except Exception:
+        return None
+    text = (res.stdout or res.stderr).strip()
+    return text.splitlines()[0] if text else None
+
+
+def _package_version(name: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def host_facts(runner: CommandRunner) -> dict[str, Any]:
+    """Kernel, tool and package versions, the git revision: what a reader needs to trust a
+    result. runner: used for the tools' ``--version`` (not recorded in the transcript)."""
+    import platform
+
+    from testbed import __version__
+
+    repo = Path(__file__).resolve().parents[1]
+    rev = _first_line(runner, ["git", "-C", str(repo), "rev-parse", "HEAD"])
+    dirty = _first_line(runner, ["git", "-C", str(repo), "status", "--porcelain",
+                                 "--untracked-files=no"])
+    try:
+        from mininet.net import VERSION as mininet_version
+    except ImportError:
+        mininet_version = None
+    return {
+        "kernel": platform.release(), "kernel_version": platform.version(),
+        "machine": platform.machine(), "hostname": platform.node(),
+        "python": platform.python_version(),
+        "versions": {
+            "testbed": __version__, "git_revision": rev, "git_dirty": bool(dirty),
+            "mininet": mininet_version, "os-ken": _package_version("os-ken"),
+            "pydantic": _package_version("pydantic"),
+            "openvswitch": _first_line(runner, ["ovs-vsctl", "--version"]),
+            "tshark": _first_line(runner, ["tshark", "--version"]),
+            "tcpdump": _first_line(runner, ["tcpdump", "--version"]),
+            "iproute2": _first_line(runner, ["ip", "-V"]),
+        },
+    }
+
+
+SYSCTL_PATTERN = r"^net\.(ipv4\.tcp_|mptcp\.|core\.(r|w)mem|ipv4\.conf\.all\.rp_filter)"
+
+
+def parse_sysctl(text: str) -> dict[str, str]:
+    """``key = value`` lines (``sysctl -a`` output) -> dict."""
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(" = ")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
+
+
+def node_dumps(runner: CommandRunner, net: Any, hosts: list[str], logs: Path,
+               openflow: bool) -> dict[str, Any]:
+    """Sysctls of every host, tc of every shaped interface, OVS flows of every switch.
+
+    Full texts go to ``logs/``; metadata gets the TCP/MPTCP sysctls and the dumps.
+    """
+    out: dict[str, Any] = {"sysctls": {}, "tc": {}, "ovs": {}}
+    for h in hosts:
+        res = runner.run(["sysctl", "-a", "-r", SYSCTL_PATTERN], host=net.host(h),
+                         check=False, record=False)
+        (logs / f"sysctl-{h}.txt").write_text(res.stdout)
+        out["sysctls"][h] = parse_sysctl(res.stdout)
+    try:
+        out["tc"] = net.tc_dump()
+    except Exception as exc:  # a dump must never cost the run
+        out["tc"] = {"error": str(exc)}
+    (logs / "tc.txt").write_text("".join(f"# {k}\n{v}\n" for k, v in out["tc"].items()))
+    for sw in sorted(net.topo.switches()):
+        argv = ["ovs-ofctl", *(["-O", "OpenFlow13"] if openflow else []), "dump-flows", sw]
+        res = runner.run(argv, check=False, record=False)
+        text = res.stdout if res.returncode == 0 else res.stderr
+        out["ovs"][sw] = text
+        (logs / f"ovs-{sw}.txt").write_text(text)
+    return out
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    return value
+
+
+# ---------------------------------------------------------------------------------------
+# the controller
+
+
+def make_controller(exp: Experiment, topo: Any, bundle: Bundle) -> Any:
+    """The controller hook for `Network` (fat-tree), or None."""
+    kind = exp.controller_kind()
+    if kind == "none":
+        return None
+    from controllers import canonical_app
+    from controllers.launcher import ControllerProcess
+
+    return ControllerProcess(canonical_app(kind), topo.layout, CONTROLLER_PORT,
+                             bundle.logs_dir / "controller.log")
+
+
+# ---------------------------------------------------------------------------------------
+# one run
+
+
+class _Timeline:
+    """Phase timings (seconds) for metadata.json."""
+
+    def __init__(self, phase: Phase):
+        self.phase = phase
+        self.times: dict[str, float] = {}
+        self._name: str | None = None
+        self._t = time.time()
+
+    def enter(self, name: str) -> None:
+        now = time.time()
+        if self._name is not None:
+            self.times[self._name] = round(self.times.get(self._name, 0.0) + now - self._t, 3)
+        self._name, self._t = name, now
+        if name != "done":
+            self.phase(name)
+
+
+def execute_run(plan: Any, bundle: Bundle, meta: dict[str, Any], phase: Phase) -> dict:
+    """Run one plan into bundle; fill meta; return the headline metrics.
+
+    plan: a `testbed.sweep.RunPlan`; bundle: its (created) folder; meta: the run's
+    metadata (written by the caller); phase: called with the name of each phase.
+    Everything started here is stopped before this returns or raises.
+    """
+    exp: Experiment = plan.spec
+    runner = CommandRunner()
+    tl = _Timeline(phase)
+    meta["timing"] = tl.times
+    try:
+        tl.enter("preflight")
+        meta.update(host_facts(runner))
+        topo = build_topology(exp)
+        check_against_topology(exp, topo)
+        hosts = topo_hosts(exp, topo)
+        flows = plan_flows(exp, plan.seed, hosts)
+        addr_of, via_addr = host_addresses(topo), path_addresses(exp, topo)
+        flows = resolve_addresses(flows, addr_of, via_addr)
+        pings = ping_targets(exp, addr_of, via_addr)
+        ts = transport_settings(exp)
+        _ensure_ccs(runner, exp)
+        meta["workload_seeds"] = {exp.workload_name(i): workload_seed(plan.seed, i)
+                                  for i, wl in enumerate(exp.workload)
+                                  if isinstance(wl, FlowsWorkload)}
+        meta["flows_planned"] = len(flows)
+        _run_network(exp, plan, bundle, meta, runner, tl, topo, hosts, flows, pings, ts)
+    finally:
+        runner.stop_all()
+        atomic_write_text(bundle.transcript_path, runner.transcript.to_jsonl())
+        atomic_write_text(bundle.root / "commands.sh", runner.transcript.as_shell())
+        tl.enter("done")
+    bundle.write_metadata(meta)  # analysis reads interfaces and t0 from it
+    tl.enter("analysis")
+    from analysis.bundle import analyze_bundle
+
+    headline = _finite(analyze_bundle(bundle.root))
+    tl.enter("done")
+    return headline
+
+
+def _ensure_ccs(runner: CommandRunner, exp: Experiment) -> None:
+    from testbed.transport import ensure_cc
+
+    ensure_cc(runner, exp.transport.cc)
+    for i, wl in enumerate(exp.workload):
+        if getattr(wl, "cc", None):
+            ensure_cc(runner, wl.cc, key=f"workload[{i}].cc")
+
+
+def _run_network(exp: Experiment, plan: Any, bundle: Bundle, meta: dict[str, Any],
+                 runner: CommandRunner, tl: _Timeline, topo: Any, hosts: list[str],
+                 flows: list[Any], pings: list[dict[str, Any]], ts: Any) -> None:
+    from testbed.capture import CaptureSet
+    from testbed.mptcp import configure_host, host_interfaces
+    from testbed.network import Network
+    from testbed.sampler import Sampler
+    from testbed.traffic.flows import FlowRun
+    from testbed.traffic.ping import PingRun
+
+    tl.enter("set-up")
+    controller = make_controller(exp, topo, bundle)
+    workdir = bundle.logs_dir / "network"
+    with Network(topo, runner=runner, controller=controller, workdir=workdir) as net:
+        meta["interfaces"] = net.interface_map()
+        meta["links"] = net.describe()
+        multipath = isinstance(exp.topology, MultipathTopology)
+        peer_mh = bool(getattr(topo, "server_multihomed", False))
+        meta["transport"] = {}
+        for h in hosts:
+            role = "server" if multipath and h == "server" else "client"
+            host = net.host(h)
+            meta["transport"][h] = configure_host(runner, host, ts, host_interfaces(host),
+                                                  role=role, peer_multihomed=peer_mh)
+        captures = CaptureSet(runner, bundle.pcap_dir, bundle.logs_dir, exp.capture.snaplen)
+        for h, intf in capture_targets(exp, topo, hosts):
+            captures.add(net.host(h), intf)
+        samplers: list[Any] = []
+        flow_run = FlowRun(runner, {h: net.host(h) for h in hosts}, flows,
+                           bundle.samples_dir, bundle.logs_dir) if flows else None
+        ping_runs: list[tuple[float, Any]] = []
+        try:
+            captures.start()
+            if exp.sampler.enabled:
+                for h in exp.sampler.hosts or flow_sender_hosts(flows):
+                    s = Sampler(runner, net.host(h), bundle.samples_dir,
+                                interval=exp.sampler.interval)
+                    s.start()
+                    samplers.append(s)
+            if flow_run is not None:
+                flow_run.start()          # servers listening, then clients wait for t0
+                t0 = float(flow_run.t0)
+            else:
+                t0 = time.time()
+            meta["t0"] = t0
+            tl.enter("traffic")
+            net.play(schedule_events(exp), t0, bundle.samples_dir / "events.jsonl")
+            ping_runs = [(p["start"], PingRun(
+                runner, net.host(p["host"]), p["dst_addr"], bundle.samples_dir,
+                name=p["name"], src=p["src"], dst=p["dst"], path=p["path"],
+                interval=p["interval"], count=p["count"], duration=p["duration"],
+                size=p["size"], bind=p["bind"])) for p in pings]
+            meta["ended_early"] = _traffic(exp, net, t0, flow_run, ping_runs)
+            tl.enter("teardown")
+        finally:
+            if flow_run is not None:
+                flow_run.stop()
+                meta["flows"] = _flow_summary(flow_run.collect())
+            for _start, pr in ping_runs:
+                if pr.proc is not None:
+                    pr.stop()
+                    pr.collect()
+            meta["samplers"] = [s.stop() for s in samplers]
+            meta["captures"] = captures.stop()
+        meta.update(node_dumps(runner, net, hosts, bundle.logs_dir,
+                               openflow=controller is not None))
+        if controller is not None:
+            meta["controller"] = {"kind": exp.controller_kind(), "port": CONTROLLER_PORT}
+    meta["network_cleanup"] = net.cleanup_report
+
+
+def _traffic(exp: Experiment, net: Any, t0: float, flow_run: Any,
+             ping_runs: list[tuple[float, Any]]) -> bool:
+    """Wait out the run, starting pings on time; True when it ended early (all done)."""
+    end = t0 + exp.duration
+    pending = sorted(ping_runs, key=lambda p: p[0])
+    finite_flows = flow_run is not None and all(
+        f.size_bytes is not None or f.duration_s is not None for f in flow_run.flows)
+    while True:
+        now = time.time()
+        while pending and t0 + pending[0][0] <= now:
+            pending.pop(0)[1].start()
+        if now >= end:
+            return False
+        net.check()
+        if exp.stop_when_done and flow_run is not None and finite_flows \
+                and flow_run.wait(timeout=0):
+            return True
+        nxt = min([end] + [t0 + s for s, _ in pending])
+        time.sleep(max(0.0, min(POLL_S, nxt - time.time())))
+
+
+def _flow_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
+    errors = [r for r in records if r.get("error")]
+    return {"count": len(records), "failed": len(errors),
+            "errors": sorted({str(r["error"]) for r in errors})[:5]}
+
+
+# ---------------------------------------------------------------------------------------
+# dry run
+
+
+class _FakeHost:
+    """Stands in for a Mininet host in a dry run (commands print ``# in <name>``)."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.pid = 0
+
+
+def dry_run_commands(plan: Any, run_dir: Path) -> CommandRunner:
+    """The commands the first run would execute, recorded by a dry-run runner (no root).
+
+    plan: the run; run_dir: where its bundle would be (paths in the commands).
+    Mininet's own node and veth creation is not listed (Mininet does it itself).
+    """
+    from testbed import shaping as sh
+    from testbed.capture import tcpdump_argv
+    from testbed.mptcp import HostInterface, plan_mptcp
+    from testbed.network import link_groups
+    from testbed.sampler import ss_argv
+    from testbed.traffic.flows import assign_ports, client_argv, server_argv
+    from testbed.traffic.ping import ping_argv
+    from testbed.transport import buffer_sysctls, check_sysctls, sysctl_write_argv
+
+    exp: Experiment = plan.spec
+    run_dir = Path(run_dir)
+    runner = CommandRunner(dry_run=True)
+    topo = build_topology(exp)
+    check_against_topology(exp, topo)
+    hosts = topo_hosts(exp, topo)
+    fake = {h: _FakeHost(h) for h in topo.hosts()}
+    flows = plan_flows(exp, plan.seed, hosts)
+    addr_of, via_addr = host_addresses(topo), path_addresses(exp, topo)
+    flows = resolve_addresses(flows, addr_of, via_addr)
+    switches = set(topo.switches())
+    for link in link_groups(topo).values():
+        for eg in link.egress:
+            for argv in sh.setup_commands(eg.intf, link.shape):
+                runner.run(argv, host=fake[eg.node] if eg.node not in switches else None)
+    for host, argv in getattr(topo, "setup_commands", list)():
+        runner.run(argv, host=fake[host])
+    ts = transport_settings(exp)
+    multipath = isinstance(exp.topology, MultipathTopology)
+    for h in hosts:
+        values = {"net.ipv4.tcp_congestion_control": exp.transport.cc,
+                  **buffer_sysctls(ts.rmem, ts.wmem), **check_sysctls(ts.sysctl)}
+        for key, value in values.items():
+            runner.run(sysctl_write_argv(key, value), host=fake[h])
+        if ts.protocol == "mptcp":
+            ifaces = _topo_interfaces(topo, h)
+            role = "server" if multipath and h == "server" else "client"
+            for step in plan_mptcp(ts, [HostInterface(n, a) for n, a in ifaces], role,
+                                   bool(getattr(topo, "server_multihomed", False))):
+                runner.run(list(step.argv), host=fake[h])
+    for h, intf in capture_targets(exp, topo, hosts):
+        runner.spawn(tcpdump_argv(intf, run_dir / "pcap" / f"{h}-{intf}.pcap",
+                                  exp.capture.snaplen), host=fake[h])
+    if exp.sampler.enabled:
+        for h in exp.sampler.hosts or flow_sender_hosts(flows):
+            runner.run(ss_argv(), host=fake[h])
+    flows, servers = assign_ports(flows)
+    logs = run_dir / "logs"
+    for (h, proto), port in servers.items():
+        role = "sink" if proto == "udp" else "server"
+        runner.spawn(server_argv(port, proto, logs / f"flowtool-{role}-{h}-{port}.jsonl"),
+                     host=fake[h])
+    for src in sorted({f.src for f in flows}):
+        runner.spawn(client_argv(logs / f"flows-{src}.json", logs / f"flows-{src}.jsonl",
+                                 0.0), host=fake[src])
+    for p in ping_targets(exp, addr_of, via_addr):
+        runner.spawn(ping_argv(p["dst_addr"], interval=p["interval"], count=p["count"],
+                               duration=p["duration"], size=p["size"], bind=p["bind"]),
+                     host=fake[p["host"]])
+    for ev in schedule_events(exp):
+        link = link_groups(topo)[ev.link]
+        new = ev.change.apply_to(link.shape)
+        for eg in link.egress:
+            for argv in sh.change_commands(eg.intf, link.shape, new):
+                runner.run(argv, host=fake[eg.node] if eg.node not in switches else None)
+        if ev.change.up is not None:
+            for eg in link.updown:
+                runner.run(sh.link_state_command(eg.intf, ev.change.up),
+                           host=fake[eg.node] if eg.in_namespace else None)
+    return runner
+
+
+def _topo_interfaces(topo: Any, host: str) -> list[tuple[str, str]]:
+    """(interface, address) of host from the topology's link options."""
+    out = []
+    for n1, n2, info in topo.links(sort=True, withInfo=True):
+        for node, port, params in ((n1, info.get("port1"), info.get("params1")),
+                                   (n2, info.get("port2"), info.get("params2"))):
+            ip = (params or {}).get("ip")
+            if node == host and ip:
+                out.append((f"{node}-eth{port}", str(ip).split("/")[0]))
+    return sorted(out)
+
