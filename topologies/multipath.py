@@ -154,11 +154,11 @@ class MultiHomedTopo(Topo):
             # access link: TCLink-style keys too, so `mn --link tc` shapes it similarly
             self.addLink("client", pa.switch, port1=pa.index, port2=1,
                          params1={"ip": f"{pa.client_addr}/24"},
-                         path=spec.name, name=spec.name, shape=spec.shape,
+                         path=spec.name, link_name=spec.name, shape=spec.shape,
                          shape_ends=(pa.switch,), **mininet_params(spec.shape))
             self.addLink(pa.switch, pa.far_node, port1=2, port2=pa.index,
                          params2={"ip": f"{pa.far_addr}/24"},
-                         path=spec.name, name=spec.name, shape=spec.shape,
+                         path=spec.name, link_name=spec.name, shape=spec.shape,
                          shape_ends=(pa.switch,))
         if not server_multihomed:
             self.addLink("router", "server", port1=len(plan), port2=0,

@@ -1,0 +1,710 @@
+"""`Network`: Mininet started from a topology, shaped, and removed again -- exactly.
+
+::
+
+    with Network(topo, runner=runner, controller=None, workdir=run_dir) as net:
+        net.host("client")                 # the Mininet Host
+        net.path_interfaces("wifi")        # interfaces a named path uses
+        net.apply(event)                   # a schedule event (tc qdisc change / ip link)
+        net.play(events, t0)               # ... or a whole schedule, on time
+
+Start-up, in order: refuse names that already exist (so Mininet's "delete before
+create" can never touch someone else's bridge or interface); build hosts, switches and
+veths; ``controller.start()`` and ``controller.pre_switch_start(net)``; start the
+switches; ``controller.wait_ready(dpids, timeout)`` and ``post_switch_start(net)``;
+turn segmentation offloads off on host interfaces (so every skb is one packet); build
+each shaped interface's qdisc tree once (`testbed.shaping`); run the topology's
+``setup_commands()`` (routing) if it has them.
+
+Switches are `OVSSwitch` with the kernel datapath.  Without a controller they run in
+OVS ``standalone`` mode (a learning switch: fine for loop-free topologies such as
+`MultiHomedTopo`); with one, in ``secure`` mode pointing at ``tcp:127.0.0.1:<port>``.
+
+Links: a topology link is shaped when its options carry ``shape`` (a `LinkShape`) or
+TCLink-style ``bw``/``delay``/``jitter``/``loss``/``max_queue_size``.  The shape goes on
+the egress of both ends, or of the nodes listed in ``shape_ends``.  Links are grouped by
+their ``link_name`` option (default ``"<node1>-<node2>"``); schedule events address that
+name.  ``down``/``up`` use ``ip link set`` on the root-namespace end of each link of the
+group when there is one (a host-side admin-down would flush the host's routes).
+
+Shut-down (normal exit, exception, SIGINT -> KeyboardInterrupt, SIGTERM -> SystemExit
+143) removes what this object recorded, never anything matched by pattern: schedule
+threads; the runner's processes in our hosts, then any other process whose network
+namespace is one of our hosts' (compared by namespace inode); the controller; the
+nftables tables registered with `add_nft_table`; then Mininet's own ``net.stop()``,
+which deletes our veths (and with them their qdiscs), ``ovs-vsctl del-br`` for our
+bridges only, and our node shells.  Finally it checks that every recorded interface,
+bridge and process is gone and removes stragglers by name/PID.  What was created is
+also written to ``<workdir>/network.json`` so `cleanup_from_manifest` can finish the
+job after a SIGKILL.  (Mininet's ``mn -c`` is never used: it kills by pattern.)
+
+Note: Mininet's first start raises some global limits and sysctls (``fixLimits``:
+file descriptors, ``net.core.*mem_max``, ``net.ipv4.tcp_*mem``, neighbour table sizes);
+these only grow and are not undone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from testbed import shaping as sh
+from testbed.commands import CommandRunner
+from testbed.errors import CommandError, InputError, MissingFeatureError, RunError
+from testbed.schedule import ScheduleEvent, SchedulePlayer
+
+MANIFEST = "network.json"
+DEFAULT_CONTROLLER_PORT = 6653
+
+
+@dataclass(frozen=True)
+class Egress:
+    """One shaped direction: the egress of ``intf`` on ``node``."""
+
+    node: str
+    intf: str
+    in_namespace: bool
+
+
+@dataclass
+class NamedLink:
+    """A link (or group of links) that schedule events address by name."""
+
+    name: str
+    shape: sh.LinkShape
+    egress: list[Egress]
+    updown: list[Egress]
+    up: bool = True
+
+
+@dataclass(frozen=True)
+class PathInterface:
+    """An interface on a named path: node, name, address, host_side (in a host)."""
+
+    node: str
+    intf: str
+    addr: str | None
+    host_side: bool
+
+
+@dataclass
+class Manifest:
+    """Everything a `Network` created, by name/PID, for exact clean-up."""
+
+    hosts: dict[str, int] = field(default_factory=dict)       # host -> shell pid
+    netns: dict[str, int] = field(default_factory=dict)       # host -> netns inode
+    switches: dict[str, int] = field(default_factory=dict)    # switch -> shell pid
+    interfaces: list[str] = field(default_factory=list)       # veth ends (any namespace)
+    bridges: list[str] = field(default_factory=list)          # OVS bridges
+    nft_tables: list[list[str]] = field(default_factory=list)  # [family, name]
+
+    def write(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=1, sort_keys=True) + "\n")
+
+    @classmethod
+    def read(cls, path: Path) -> Manifest:
+        return cls(**json.loads(path.read_text()))
+
+
+class ControllerTarget:
+    """What Mininet's switches need to know about a remote controller (no shell, no
+    telnet probe, unlike Mininet's `RemoteController`)."""
+
+    protocol = "tcp"
+
+    def __init__(self, name: str, ip: str = "127.0.0.1", port: int = DEFAULT_CONTROLLER_PORT):
+        self.name = name
+        self.ip = ip
+        self.port = port
+
+    def IP(self) -> str:  # Mininet's spelling
+        return self.ip
+
+    def start(self) -> None:
+        """Nothing to start: the controller process belongs to the controller hook."""
+
+    def stop(self) -> None:
+        """Nothing to stop (see `start`)."""
+
+    def __repr__(self) -> str:
+        return f"<ControllerTarget {self.ip}:{self.port}>"
+
+
+# -- pure helpers -------------------------------------------------------------------
+
+def parse_link_names(text: str) -> list[str]:
+    """Interface names from ``ip -o link show`` output (``"3: s1-eth1@if2: ..."``)."""
+    names = []
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) >= 2 and parts[0].strip().isdigit():
+            names.append(parts[1].strip().split("@", 1)[0])
+    return names
+
+
+def intf_name(node: str, port: int | None, explicit: str | None) -> str:
+    """The name Mininet gives a link end: explicit, else ``<node>-eth<port>``."""
+    if explicit:
+        return explicit
+    if port is None:
+        raise InputError(f"link end on {node!r} has no port number; build the topology "
+                         "with Topo.addLink")
+    return f"{node}-eth{port}"
+
+
+def planned_links(topo: Any) -> list[tuple[str, str, str, str, dict]]:
+    """(node1, node2, intf1, intf2, options) for each topology link, in Mininet's order."""
+    out = []
+    for n1, n2, info in topo.links(sort=True, withInfo=True):
+        out.append((info["node1"], info["node2"],
+                    intf_name(info["node1"], info.get("port1"), info.get("intfName1")),
+                    intf_name(info["node2"], info.get("port2"), info.get("intfName2")),
+                    info))
+        del n1, n2
+    return out
+
+
+def link_groups(topo: Any) -> dict[str, NamedLink]:
+    """The shaped links of a topology, grouped by name, with their egress points."""
+    switches = set(topo.switches())
+    groups: dict[str, NamedLink] = {}
+    for n1, n2, i1, i2, info in planned_links(topo):
+        shape = sh.shape_from_mininet_params(info)
+        if shape is None:
+            continue
+        name = info.get("link_name") or f"{n1}-{n2}"
+        ends = info.get("shape_ends") or (n1, n2)
+        for e in ends:
+            if e not in (n1, n2):
+                raise InputError(f"link {name!r}: shape_ends names {e!r}, which is not an "
+                                 f"end of {n1}-{n2}")
+        egress = [Egress(n, i, n not in switches) for n, i in ((n1, i1), (n2, i2))
+                  if n in ends]
+        root_end = [Egress(n, i, False) for n, i in ((n1, i1), (n2, i2)) if n in switches]
+        updown = root_end[:1] or [Egress(n1, i1, True)]
+        grp = groups.get(name)
+        if grp is None:
+            groups[name] = NamedLink(name, shape, egress, updown)
+        else:
+            if grp.shape != shape:
+                raise InputError(f"links named {name!r} have different shapes")
+            grp.egress += egress
+            grp.updown += updown
+    return groups
+
+
+def netns_inode(pid: int) -> int | None:
+    """The network-namespace inode of a process, or None if it is gone."""
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino
+    except OSError:
+        return None
+
+
+def pids_in_netns(inodes: set[int], exclude: Iterable[int] = ()) -> list[int]:
+    """PIDs of processes whose network namespace is one of ``inodes``."""
+    skip = set(exclude) | {os.getpid()}
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in skip:
+            continue
+        ino = netns_inode(int(entry))
+        if ino is not None and ino in inodes:
+            found.append(int(entry))
+    return found
+
+
+def kill_pids(pids: Sequence[int], grace: float = 2.0) -> list[int]:
+    """SIGTERM each PID, wait up to ``grace`` s, SIGKILL the rest; return those signalled."""
+    hit = []
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+            hit.append(pid)
+        except ProcessLookupError:
+            pass
+    deadline = time.time() + grace
+    alive = list(hit)
+    while alive and time.time() < deadline:
+        time.sleep(0.05)
+        alive = [p for p in alive if _alive(p)]
+    for pid in alive:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return hit
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][:1] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+# -- the network --------------------------------------------------------------------
+
+class Network:
+    """A running emulated network; use as a context manager (see the module docstring).
+
+    topo: a Mininet `Topo`; runner: the `CommandRunner` every command goes through;
+    controller: None or an object with the controller hook (start, wait_ready,
+    check_alive, stop, pre_switch_start, post_switch_start; optional ``port`` and
+    ``protocols``); workdir: where ``network.json`` and tc batch files go;
+    offloads: keep TSO/GSO/GRO on host interfaces (default off); ready_timeout: seconds
+    to wait for the controller to see every switch; handle_signals: turn SIGINT/SIGTERM
+    into exceptions while the network runs (main thread only).
+    """
+
+    def __init__(self, topo: Any, runner: CommandRunner | None = None, controller: Any = None,
+                 workdir: Path | None = None, offloads: bool = False,
+                 ready_timeout: float = 60.0, handle_signals: bool = True):
+        self.topo = topo
+        self.runner = runner or CommandRunner()
+        self.controller = controller
+        self.workdir = Path(workdir) if workdir is not None else None
+        self.offloads = offloads
+        self.ready_timeout = ready_timeout
+        self.handle_signals = handle_signals
+        self.links = link_groups(topo)
+        self.manifest = Manifest()
+        self.mn: Any = None
+        self.cleanup_report: dict[str, list[str]] = {}
+        self.cleanup_errors: list[str] = []
+        self._planned = planned_links(topo)
+        self._players: list[SchedulePlayer] = []
+        self._lock = threading.Lock()
+        self._old_handlers: dict[int, Any] = {}
+        self._started = False
+        self._stopped = False
+        self._batch_no = 0
+
+    # -- context manager --------------------------------------------------------------
+    def __enter__(self) -> Network:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self.stop()
+        if exc_type is None and self.cleanup_errors:
+            raise RunError("network clean-up had errors: " + "; ".join(self.cleanup_errors))
+
+    # -- start ------------------------------------------------------------------------
+    def start(self) -> Network:
+        """Build and start the network (see the module docstring for the order)."""
+        if self._started:
+            raise RunError("this Network was already started; make a new one")
+        self._started = True
+        self._install_signal_handlers()
+        try:
+            self._preflight()
+            self._build()
+            self._start_switches()
+            self._configure()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _preflight(self) -> None:
+        if os.geteuid() != 0:
+            raise MissingFeatureError("starting a network needs root; run as root or use "
+                                      "`testbed vm -- ...`")
+        existing = set(parse_link_names(self.runner.run(["ip", "-o", "link", "show"]).stdout))
+        wanted = set(self.topo.switches())
+        for _n1, _n2, i1, i2, _info in self._planned:
+            wanted |= {i1, i2}
+        clash = sorted(wanted & existing)
+        if clash:
+            raise RunError(f"interfaces {', '.join(clash[:8])} already exist; another network "
+                           "is running or a previous run left them (see its network.json: "
+                           "`cleanup_from_manifest`)")
+        if self.topo.switches():
+            try:
+                bridges = set(self.runner.run(["ovs-vsctl", "--timeout=10", "list-br"])
+                              .stdout.split())
+            except CommandError as exc:
+                raise MissingFeatureError("Open vSwitch is not running (ovs-vsctl failed); "
+                                          "start it with `/usr/share/openvswitch/scripts/"
+                                          "ovs-ctl start` or use `testbed vm`") from exc
+            clash = sorted(bridges & set(self.topo.switches()))
+            if clash:
+                raise RunError(f"OVS bridges {', '.join(clash)} already exist; another "
+                               "network is running")
+
+    def _switch_class(self) -> Callable[..., Any]:
+        from functools import partial
+
+        from mininet.node import OVSSwitch
+
+        if self.controller is None:
+            return partial(OVSSwitch, datapath="kernel", failMode="standalone")
+        protocols = getattr(self.controller, "protocols", "OpenFlow13")
+        return partial(OVSSwitch, datapath="kernel", failMode="secure", protocols=protocols)
+
+    def _build(self) -> None:
+        from mininet.link import Link
+        from mininet.net import Mininet
+        from mininet.node import Host
+
+        self.mn = Mininet(topo=self.topo, switch=self._switch_class(), host=Host, link=Link,
+                          controller=None, build=False, autoSetMacs=True, cleanup=False,
+                          waitConnected=False)
+        if self.controller is not None:
+            port = int(getattr(self.controller, "port", DEFAULT_CONTROLLER_PORT))
+            self.mn.addController("c0", controller=lambda name, **_: ControllerTarget(
+                name, "127.0.0.1", port))
+        try:
+            self.mn.build()
+        finally:
+            self._record()
+
+    def _record(self) -> None:
+        """Note every node, interface and bridge Mininet has made so far."""
+        if self.mn is None:
+            return
+        m = self.manifest
+        for h in self.mn.hosts:
+            if h.name not in m.hosts and h.shell is not None:
+                m.hosts[h.name] = h.pid
+                ino = netns_inode(h.pid) if h.inNamespace else None
+                if ino is not None:
+                    m.netns[h.name] = ino
+        for s in self.mn.switches:
+            if s.name not in m.switches and s.shell is not None:
+                m.switches[s.name] = s.pid
+                if s.name not in m.bridges:
+                    m.bridges.append(s.name)
+        for link in self.mn.links:
+            for intf in (link.intf1, link.intf2):
+                if intf is not None and intf.name not in m.interfaces:
+                    m.interfaces.append(intf.name)
+        self._write_manifest()
+
+    def _write_manifest(self) -> None:
+        if self.workdir is not None:
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            self.manifest.write(self.workdir / MANIFEST)
+
+    def _start_switches(self) -> None:
+        ctl = self.controller
+        if ctl is not None:
+            ctl.start()
+            ctl.pre_switch_start(self)
+        self.mn.start()
+        if ctl is not None:
+            dpids = [int(s.dpid, 16) for s in self.mn.switches]
+            ctl.wait_ready(dpids, self.ready_timeout)
+            ctl.post_switch_start(self)
+
+    def _configure(self) -> None:
+        if not self.offloads:
+            for h in self.mn.hosts:
+                for intf in h.intfList():
+                    if intf.name != "lo":
+                        self.runner.run(sh.offload_command(intf.name), host=h)
+        per_node: dict[str, list[list[str]]] = {}
+        for link in self.links.values():
+            for eg in link.egress:
+                per_node.setdefault(eg.node if eg.in_namespace else "", []).extend(
+                    sh.setup_commands(eg.intf, link.shape))
+        for node, cmds in per_node.items():
+            self._run_batch(node or None, cmds)
+        if hasattr(self.topo, "setup_commands"):
+            for host, argv in self.topo.setup_commands():
+                self.runner.run(argv, host=self.node(host))
+
+    # -- access -----------------------------------------------------------------------
+    def node(self, name: str) -> Any:
+        """The Mininet node (host or switch) called name."""
+        if self.mn is None or name not in self.mn.nameToNode:
+            raise InputError(f"no node named {name!r} in this network")
+        return self.mn.nameToNode[name]
+
+    def host(self, name: str) -> Any:
+        """The Mininet host called name."""
+        node = self.node(name)
+        if node not in self.mn.hosts:
+            raise InputError(f"{name!r} is a switch, not a host")
+        return node
+
+    def link(self, name: str) -> NamedLink:
+        """The named (shaped) link."""
+        if name not in self.links:
+            known = ", ".join(sorted(self.links)) or "none"
+            raise InputError(f"no shaped link named {name!r}; this network has {known}")
+        return self.links[name]
+
+    def path_interfaces(self, path: str) -> list[PathInterface]:
+        """Every interface on the links whose ``path`` option is path, hosts' first."""
+        hosts = set(self.topo.hosts())
+        out = []
+        for n1, n2, i1, i2, info in self._planned:
+            if info.get("path") != path:
+                continue
+            for n, i, params in ((n1, i1, info.get("params1")), (n2, i2, info.get("params2"))):
+                addr = (params or {}).get("ip")
+                out.append(PathInterface(n, i, addr.split("/")[0] if addr else None,
+                                         n in hosts))
+        if not out:
+            known = sorted({i.get("path") for *_x, i in self._planned if i.get("path")})
+            raise InputError(f"no path named {path!r}; this network has "
+                             f"{', '.join(known) or 'no named paths'}")
+        return sorted(out, key=lambda p: (not p.host_side, p.node, p.intf))
+
+    def interface_map(self) -> dict[str, dict[str, Any]]:
+        """Host interfaces -> {host, path, addr}, for ``metadata.json``."""
+        paths: dict[str, str | None] = {}
+        for _n1, _n2, i1, i2, info in self._planned:
+            paths[i1] = paths[i2] = info.get("path")
+        out = {}
+        for h in self.mn.hosts:
+            for intf in h.intfList():
+                if intf.name != "lo":
+                    out[intf.name] = {"host": h.name, "path": paths.get(intf.name),
+                                      "addr": intf.IP()}
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        """The shaped links in base units, for ``metadata.json``."""
+        return {name: {"shape": asdict(link.shape), "up": link.up,
+                       "egress": [asdict(e) for e in link.egress]}
+                for name, link in self.links.items()}
+
+    def tc_dump(self) -> dict[str, str]:
+        """``tc -s qdisc show`` of every shaped interface (for ``metadata.json``)."""
+        out = {}
+        for link in self.links.values():
+            for eg in link.egress:
+                host = self.node(eg.node) if eg.in_namespace else None
+                out[eg.intf] = self.runner.run(["tc", "-s", "qdisc", "show", "dev", eg.intf],
+                                               host=host, record=False).stdout
+        return out
+
+    def check(self) -> None:
+        """Raise `RunError` if the controller died."""
+        if self.controller is not None:
+            self.controller.check_alive()
+
+    # -- changes ----------------------------------------------------------------------
+    def set_shape(self, name: str, shape: sh.LinkShape) -> None:
+        """Change the named link to shape with ``tc qdisc change`` (no re-creation)."""
+        link = self.link(name)
+        with self._lock:
+            per_node: dict[str, list[list[str]]] = {}
+            for eg in link.egress:
+                per_node.setdefault(eg.node if eg.in_namespace else "", []).extend(
+                    sh.change_commands(eg.intf, link.shape, shape))
+            for node, cmds in per_node.items():
+                if cmds:
+                    self._run_batch(node or None, cmds)
+            link.shape = shape
+
+    def set_up(self, name: str, up: bool) -> None:
+        """Take the named link down or bring it back (``ip link set``)."""
+        link = self.link(name)
+        with self._lock:
+            per_node: dict[str, list[list[str]]] = {}
+            for eg in link.updown:
+                per_node.setdefault(eg.node if eg.in_namespace else "", []).append(
+                    sh.link_state_command(eg.intf, up))
+            for node, cmds in per_node.items():
+                self._run_batch(node or None, cmds)
+            link.up = up
+
+    def apply(self, event: ScheduleEvent) -> None:
+        """Apply a schedule event now: shape changes first, then down/up."""
+        link = self.link(event.link)
+        new = event.change.apply_to(link.shape)
+        if new != link.shape:
+            self.set_shape(event.link, new)
+        if event.change.up is not None and event.change.up != link.up:
+            self.set_up(event.link, event.change.up)
+
+    def play(self, events: Sequence[ScheduleEvent], t0: float | None = None,
+             log: Path | None = None) -> SchedulePlayer:
+        """Start applying events at ``t0 + at`` (t0 default: now) in a thread.
+
+        log: the ``events.jsonl`` file (default: ``<workdir>/samples/events.jsonl``).
+        The player is stopped when the network stops.
+        """
+        for ev in events:
+            self.link(ev.link)
+        if log is None and self.workdir is not None:
+            log = self.workdir / "samples" / "events.jsonl"
+        player = SchedulePlayer(self.apply, events, time.time() if t0 is None else t0, log)
+        self._players.append(player)
+        return player.start()
+
+    def add_nft_table(self, family: str, name: str, body: str) -> None:
+        """Create an nftables table (recorded, deleted at stop).
+
+        family: e.g. ``netdev``; name: table name (must not exist yet); body: the
+        table's contents (chains and rules) as nft syntax, without the ``table`` line.
+        """
+        if self.runner.ok(["nft", "list", "table", family, name], record=False):
+            raise RunError(f"nftables table {family} {name} already exists; it is not ours")
+        self.manifest.nft_tables.append([family, name])
+        self._write_manifest()
+        self.runner.run(["nft", "-f", "-"], input=f"table {family} {name} {{\n{body}\n}}\n")
+
+    def _run_batch(self, node: str | None, cmds: list[list[str]]) -> None:
+        host = self.node(node) if node else None
+        if len(cmds) == 1:
+            self.runner.run(cmds[0], host=host)
+            return
+        tools = {c[0] for c in cmds}
+        for tool in sorted(tools):
+            part = [c for c in cmds if c[0] == tool]
+            text = sh.batch_text(part)
+            if self.workdir is not None:
+                self._batch_no += 1
+                path = self.workdir / "batches" / f"{self._batch_no:04d}-{node or 'root'}.{tool}"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
+                self.runner.run([tool, "-batch", str(path)], host=host)
+            else:
+                self.runner.run([tool, "-batch", "-"], host=host, input=text)
+
+    # -- stop -------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Remove everything this network created (idempotent; never raises for a step)."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self._guard_signals()
+        try:
+            self._step("schedules", self._stop_players)
+            self._step("processes", self._stop_host_processes)
+            if self.controller is not None and self._started:
+                self._step("controller", self.controller.stop)
+            self._step("nftables", self._delete_nft_tables)
+            if self.mn is not None:
+                self._step("record", self._record)
+                self._step("mininet", self.mn.stop)
+            self._step("leftovers", self._remove_leftovers)
+        finally:
+            self._restore_signal_handlers()
+
+    def _step(self, what: str, fn: Callable[[], Any]) -> None:
+        try:
+            fn()
+        except Exception as exc:  # keep cleaning; report at the end
+            self.cleanup_errors.append(f"{what}: {exc}")
+
+    def _stop_players(self) -> None:
+        for p in self._players:
+            p.stop()
+
+    def _stop_host_processes(self) -> None:
+        names = set(self.manifest.hosts)
+        for proc in self.runner.running():
+            if proc.where in names:
+                proc.stop()
+        shells = set(self.manifest.hosts.values()) | set(self.manifest.switches.values())
+        strays = pids_in_netns(set(self.manifest.netns.values()), exclude=shells)
+        if strays:
+            self.cleanup_report["processes"] = [str(p) for p in kill_pids(strays)]
+
+    def _delete_nft_tables(self) -> None:
+        for family, name in self.manifest.nft_tables:
+            if self.runner.ok(["nft", "list", "table", family, name], record=False):
+                self.runner.run(["nft", "delete", "table", family, name])
+
+    def _remove_leftovers(self) -> None:
+        report = remove_leftovers(self.manifest, self.runner)
+        for k, v in report.items():
+            self.cleanup_report.setdefault(k, []).extend(v)
+
+    # -- signals ----------------------------------------------------------------------
+    def _install_signal_handlers(self) -> None:
+        if not self.handle_signals or threading.current_thread() is not threading.main_thread():
+            return
+
+        def raise_on(signum: int, _frame: Any) -> None:
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            raise SystemExit(128 + signum)
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._old_handlers[sig] = signal.signal(sig, raise_on)
+
+    def _guard_signals(self) -> None:
+        """While cleaning up, a second Ctrl-C or SIGTERM must not cut the clean-up short."""
+        if not self._old_handlers:
+            return
+        for sig in self._old_handlers:
+            signal.signal(sig, lambda signum, _f: self.cleanup_report.setdefault(
+                "signals_during_cleanup", []).append(str(signum)))
+
+    def _restore_signal_handlers(self) -> None:
+        for sig, old in self._old_handlers.items():
+            signal.signal(sig, old)
+        self._old_handlers.clear()
+
+
+def is_mininet_shell(pid: int, node: str) -> bool:
+    """True if pid is still the shell Mininet started for node (``mininet:<node>``)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f"mininet:{node}".encode() in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def remove_leftovers(manifest: Manifest, runner: CommandRunner, fresh: bool = True
+                     ) -> dict[str, list[str]]:
+    """Remove whatever in manifest still exists, by name/PID; return what was removed.
+
+    Interfaces are deleted only if they still exist under their recorded name, bridges
+    only if OVS lists them.  Processes are signalled only while they are in one of the
+    recorded network namespaces; fresh=False (a manifest from an earlier process)
+    trusts a namespace only while its host's Mininet shell is still alive in it, so a
+    re-used PID or namespace number is never signalled.
+    """
+    report: dict[str, list[str]] = {}
+    inodes = {ino for name, ino in manifest.netns.items()
+              if fresh or (is_mininet_shell(manifest.hosts[name], name)
+                           and netns_inode(manifest.hosts[name]) == ino)}
+    stray = pids_in_netns(inodes)
+    if stray:
+        report["processes"] = [str(p) for p in kill_pids(stray)]
+    for name, pid in manifest.switches.items():
+        if is_mininet_shell(pid, name):
+            kill_pids([pid])
+            report.setdefault("processes", []).append(f"{pid} ({name})")
+    links = set(parse_link_names(runner.run(["ip", "-o", "link", "show"], record=False).stdout))
+    for name in manifest.interfaces:
+        if name in links:
+            runner.run(["ip", "link", "del", "dev", name], check=False)
+            report.setdefault("interfaces", []).append(name)
+    if manifest.bridges:
+        res = runner.run(["ovs-vsctl", "--timeout=10", "list-br"], check=False, record=False)
+        for br in sorted(set(res.stdout.split()) & set(manifest.bridges)):
+            runner.run(["ovs-vsctl", "--timeout=10", "--if-exists", "del-br", br])
+            report.setdefault("bridges", []).append(br)
+    return report
+
+
+def cleanup_from_manifest(path: Path, runner: CommandRunner | None = None
+                          ) -> dict[str, list[str]]:
+    """Finish the clean-up of a network whose process died (e.g. SIGKILL).
+
+    path: its ``network.json``; returns what was removed.
+    """
+    runner = runner or CommandRunner()
+    manifest = Manifest.read(path)
+    report = remove_leftovers(manifest, runner, fresh=False)
+    for family, name in manifest.nft_tables:
+        if runner.ok(["nft", "list", "table", family, name], record=False):
+            runner.run(["nft", "delete", "table", family, name])
+            report.setdefault("nft_tables", []).append(f"{family} {name}")
+    return report

@@ -1,0 +1,130 @@
+"""A network stopped by normal exit, an exception, SIGINT or SIGTERM leaves nothing
+behind: compares `ip -o link`, `ip netns`, `ovs-vsctl list-br`, `tc qdisc show`,
+`nft list tables` and the process list before and after.  Also: a 20-switch topology
+starts, forwards and stops cleanly."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mininet.topo import Topo
+
+from testbed.commands import CommandRunner
+from testbed.network import Network, parse_link_names
+
+pytestmark = [pytest.mark.integration, pytest.mark.needs_kernel("netem", "ovs")]
+
+REPO = Path(__file__).resolve().parents[2]
+
+CHILD = r"""
+import sys, time
+from pathlib import Path
+from testbed.commands import CommandRunner, which
+from testbed.network import Network
+from testbed.schedule import LinkChange, ScheduleEvent
+from testbed.shaping import LinkShape
+from topologies.multipath import MultiHomedTopo, PathSpec
+
+mode, workdir = sys.argv[1], Path(sys.argv[2])
+runner = CommandRunner()
+topo = MultiHomedTopo(paths=[PathSpec("a", LinkShape(bw_bps=5_000_000, delay_s=0.01)),
+                             PathSpec("b", LinkShape(bw_bps=2_000_000, delay_s=0.03))])
+with Network(topo, runner=runner, workdir=workdir) as net:
+    runner.spawn(["iperf3", "-s"], host=net.host("server"))
+    time.sleep(0.5)
+    runner.spawn(["iperf3", "-c", topo.server_addr(), "-t", "600"], host=net.host("client"))
+    net.host("client").popen(["sleep", "600"])  # not through the runner: found by netns
+    net.play([ScheduleEvent(300.0, "a", LinkChange(bw_bps=1_000_000))])
+    if which("nft"):
+        net.add_nft_table("netdev", "tb_cleanup_test",
+                          'chain c { type filter hook ingress device "s1-eth1" priority 0; }')
+    print("READY", flush=True)
+    if mode == "exception":
+        raise RuntimeError("boom")
+    if mode in ("sigint", "sigterm"):
+        time.sleep(600)
+print("DONE", flush=True)
+"""
+
+
+def snapshot(runner: CommandRunner) -> dict[str, object]:
+    """What a network could leave behind, as comparable values."""
+    procs = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if cmd:  # kernel threads have none
+                procs.add((int(entry), cmd.split(b"\0")[0].decode(errors="replace")))
+    nft = runner.run(["nft", "list", "tables"], check=False).stdout
+    return {
+        "links": sorted(parse_link_names(runner.run(["ip", "-o", "link", "show"]).stdout)),
+        "netns": runner.run(["ip", "netns", "list"]).stdout,
+        "bridges": runner.run(["ovs-vsctl", "list-br"]).stdout,
+        "qdiscs": runner.run(["tc", "qdisc", "show"]).stdout,
+        "nft": nft,
+        "procs": procs,
+    }
+
+
+def assert_same(before: dict, after: dict) -> None:
+    for key in ("links", "netns", "bridges", "qdiscs", "nft"):
+        assert after[key] == before[key], f"{key} differ"
+    me = os.getpid()
+    new = {p for p in after["procs"] - before["procs"] if p[0] != me}
+    assert not new, f"processes left behind: {sorted(new)}"
+
+
+@pytest.mark.parametrize("mode", ["normal", "exception", "sigint", "sigterm"])
+def test_no_leftovers(mode: str, runner: CommandRunner, tmp_path: Path) -> None:
+    before = snapshot(runner)
+    child = subprocess.Popen([sys.executable, "-c", CHILD, mode, str(tmp_path)], cwd=REPO,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = child.stdout.readline()
+        assert line.strip() == "READY", line + child.stderr.read()
+        if mode in ("sigint", "sigterm"):
+            time.sleep(1.0)
+            child.send_signal(signal.SIGINT if mode == "sigint" else signal.SIGTERM)
+        rc = child.wait(120)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    err = child.stderr.read()
+    expected = {"normal": {0}, "exception": {1}, "sigint": {1, 130, -signal.SIGINT},
+                "sigterm": {143}}[mode]
+    assert rc in expected, err[-2000:]
+    assert_same(before, snapshot(runner))
+    assert (tmp_path / "network.json").exists()
+
+
+class LineTopo(Topo):
+    """h1 - s1 - s2 - ... - sN - h2."""
+
+    def build(self, n: int = 20, **_opts) -> None:
+        self.addHost("h1", ip="10.9.0.1/24")
+        self.addHost("h2", ip="10.9.0.2/24")
+        prev = "h1"
+        for i in range(1, n + 1):
+            self.addSwitch(f"s{i}")
+            self.addLink(prev, f"s{i}")
+            prev = f"s{i}"
+        self.addLink(prev, "h2")
+
+
+def test_twenty_switches_start_forward_and_stop(runner: CommandRunner, tmp_path: Path,
+                                                measure) -> None:
+    before = snapshot(runner)
+    with Network(LineTopo(n=20), runner=runner, workdir=tmp_path) as net:
+        assert len(net.mn.switches) == 20
+        rtts = measure.ping(runner, net.host("h1"), "10.9.0.2", count=3, interval=0.2)
+        assert any(r is not None for r in rtts)
+    assert_same(before, snapshot(runner))

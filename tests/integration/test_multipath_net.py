@@ -1,0 +1,58 @@
+"""A 2-path multi-homed network (10 Mbit/s 10 ms, 5 Mbit/s 40 ms): TCP bound to each
+path reaches 90-105 % of its rate; ping RTT per path within 10 % + 1 ms of configured."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from testbed.commands import CommandRunner
+from testbed.network import Network
+from testbed.shaping import LinkShape
+from topologies.multipath import MultiHomedTopo, PathSpec
+
+pytestmark = [pytest.mark.integration, pytest.mark.needs_kernel("netem", "ovs")]
+
+PATHS = [PathSpec("wifi", LinkShape(bw_bps=10_000_000, delay_s=0.010, queue_pkts=100)),
+         PathSpec("cell", LinkShape(bw_bps=5_000_000, delay_s=0.040, queue_pkts=100))]
+
+
+@pytest.fixture(scope="module")
+def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Network]:
+    runner = CommandRunner()
+    with Network(MultiHomedTopo(paths=PATHS), runner=runner,
+                 workdir=tmp_path_factory.mktemp("mp")) as n:
+        yield n
+    runner.stop_all()
+
+
+@pytest.mark.parametrize("spec", PATHS, ids=lambda p: p.name)
+def test_ping_rtt_per_path(net: Network, measure, spec: PathSpec) -> None:
+    src = net.topo.path(spec.name).client_addr
+    rtts = measure.ping(net.runner, net.host("client"), net.topo.server_addr(), count=15,
+                        interval=0.1, source=src)
+    got = [r for r in rtts if r is not None]
+    assert len(got) == 15
+    mean = sum(got) / len(got)
+    want = spec.shape.rtt_s() * 1e3
+    assert abs(mean - want) <= 0.1 * want + 1.0, f"{spec.name}: {mean:.2f} ms vs {want} ms"
+
+
+@pytest.mark.parametrize("spec", PATHS, ids=lambda p: p.name)
+def test_tcp_per_path(net: Network, measure, spec: PathSpec) -> None:
+    src = net.topo.path(spec.name).client_addr
+    res = measure.iperf3(net.runner, net.host("client"), net.host("server"),
+                         net.topo.server_addr(), seconds=8, omit=2, bind=src)
+    bps = res["end"]["sum_received"]["bits_per_second"]
+    rate = spec.shape.bw_bps
+    assert 0.90 * rate <= bps <= 1.05 * rate, f"{spec.name}: {bps / 1e6:.2f} Mbit/s"
+
+
+def test_interface_map_and_path_interfaces(net: Network) -> None:
+    imap = net.interface_map()
+    assert imap["client-eth1"] == {"host": "client", "path": "cell", "addr": "10.0.2.1"}
+    assert imap["server-eth0"]["path"] is None
+    names = [p.intf for p in net.path_interfaces("wifi")]
+    assert names == ["client-eth0", "router-eth0", "s1-eth1", "s1-eth2"]
+    assert {e.intf for e in net.link("wifi").egress} == {"s1-eth1", "s1-eth2"}

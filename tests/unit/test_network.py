@@ -1,0 +1,115 @@
+"""The pure parts of testbed.network: names, link groups, manifest, process lookup."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from mininet.topo import Topo
+
+from testbed import network as nw
+from testbed.errors import InputError
+from testbed.shaping import LinkShape
+from topologies.multipath import MultiHomedTopo, PathSpec
+from topologies.pair import PairTopo
+
+DATA = Path(__file__).parents[1] / "data" / "network"
+SHAPE = LinkShape(bw_bps=10_000_000, delay_s=0.01)
+
+
+def test_parse_link_names_on_captured_output() -> None:
+    names = nw.parse_link_names((DATA / "ip-o-link.txt").read_text())
+    assert names == ["lo", "ifb0", "eth0", "ovs-system", "s1", "s1-eth1", "s1-eth2"]
+
+
+def test_planned_links_follow_mininet_naming() -> None:
+    topo = MultiHomedTopo(paths=[PathSpec("wifi", SHAPE), PathSpec("cell", SHAPE)])
+    ends = {(i1, i2) for _n1, _n2, i1, i2, _ in nw.planned_links(topo)}
+    assert ("client-eth1", "s2-eth1") in ends
+    assert ("router-eth2", "server-eth0") in ends
+
+
+def test_multipath_groups_shape_switch_ports_only() -> None:
+    topo = MultiHomedTopo(paths=[PathSpec("wifi", SHAPE), PathSpec("cell", SHAPE)])
+    groups = nw.link_groups(topo)
+    assert sorted(groups) == ["cell", "wifi"]
+    wifi = groups["wifi"]
+    assert sorted(e.intf for e in wifi.egress) == ["s1-eth1", "s1-eth2"]
+    assert all(not e.in_namespace for e in wifi.egress)
+    assert sorted(e.intf for e in wifi.updown) == ["s1-eth1", "s1-eth2"]
+
+
+def test_pair_topology_shapes_both_host_ends() -> None:
+    groups = nw.link_groups(PairTopo(shape=SHAPE))
+    link = groups["link"]
+    assert [(e.node, e.intf, e.in_namespace) for e in link.egress] == [
+        ("h1", "h1-eth0", True), ("h2", "h2-eth0", True)]
+    assert [e.intf for e in link.updown] == ["h1-eth0"]  # no root-namespace end
+
+
+class TCStyle(Topo):
+    def build(self, **_opts) -> None:
+        self.addHost("a")
+        self.addSwitch("s9")
+        self.addHost("b")
+        self.addLink("a", "s9", bw=5, delay="20ms", loss=1, max_queue_size=50)
+        self.addLink("s9", "b")
+
+
+def test_tclink_style_options_are_shaped_and_named_by_nodes() -> None:
+    groups = nw.link_groups(TCStyle())
+    assert list(groups) == ["a-s9"]
+    g = groups["a-s9"]
+    assert g.shape == LinkShape(bw_bps=5_000_000, delay_s=0.02, loss_pct=1.0, queue_pkts=50)
+    assert {e.intf for e in g.egress} == {"a-eth0", "s9-eth1"}
+    assert [e.intf for e in g.updown] == ["s9-eth1"]
+
+
+class BadEnds(Topo):
+    def build(self, **_opts) -> None:
+        self.addHost("a")
+        self.addHost("b")
+        self.addLink("a", "b", shape=SHAPE, shape_ends=("c",))
+
+
+def test_shape_ends_must_be_link_ends() -> None:
+    with pytest.raises(InputError, match="shape_ends"):
+        nw.link_groups(BadEnds())
+
+
+def test_manifest_round_trip(tmp_path: Path) -> None:
+    m = nw.Manifest(hosts={"h1": 10}, netns={"h1": 4026532000}, switches={"s1": 11},
+                    interfaces=["h1-eth0", "s1-eth1"], bridges=["s1"],
+                    nft_tables=[["netdev", "spray_s1"]])
+    m.write(tmp_path / "network.json")
+    assert nw.Manifest.read(tmp_path / "network.json") == m
+
+
+def test_netns_lookup_finds_this_process_namespace() -> None:
+    mine = nw.netns_inode(os.getpid())
+    assert mine is not None
+    assert nw.netns_inode(2**22 + 12345) is None
+    # our own pid is never reported (we must not kill ourselves)
+    assert os.getpid() not in nw.pids_in_netns({mine})
+
+
+def test_is_mininet_shell_checks_the_cmdline() -> None:
+    assert not nw.is_mininet_shell(os.getpid(), "h1")
+
+
+def test_unstarted_network_lookups_fail_clearly() -> None:
+    net = nw.Network(PairTopo(shape=SHAPE))
+    with pytest.raises(InputError, match="no shaped link named 'x'; this network has link"):
+        net.link("x")
+    with pytest.raises(InputError, match="no node"):
+        net.host("h1")
+    assert [p.intf for p in net.path_interfaces("link")] == ["h1-eth0", "h2-eth0"]
+    assert net.path_interfaces("link")[0].addr == "10.0.0.1"
+    with pytest.raises(InputError, match="no path named 'wifi'"):
+        net.path_interfaces("wifi")
+
+
+def test_controller_target_is_what_ovs_switch_reads() -> None:
+    c = nw.ControllerTarget("c0", port=6699)
+    assert (c.protocol, c.IP(), c.port) == ("tcp", "127.0.0.1", 6699)
