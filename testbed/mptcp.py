@@ -183,8 +183,10 @@ def alias_address(addr: str, prefixlen: int, j: int, per_path_max: int = MAX_PER
                                "addresses; use a /27 or larger")
     base = int(ipaddress.ip_address(addr)) - int(net.network_address)
     host = (base + j * (size // (per_path_max + 1))) % size
-    if host in (0, size - 1):  # network / broadcast address
-        host = (host + 1) % size
+    if host == 0:  # never the network or broadcast address
+        host = 1
+    elif host == size - 1:
+        host = size - 2
     return str(ipaddress.ip_address(int(net.network_address) + host))
 
 

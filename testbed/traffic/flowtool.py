@@ -393,11 +393,11 @@ def run_flows(flows: Sequence[FlowSpec], t0: float, out: JsonLines,
 
 
 # -- command line ---------------------------------------------------------------------
-def _stop_on_signals(stop: threading.Event) -> None:
+def _stop_on_signals(stop: threading.Event) -> dict[int, Any]:
+    """SIGTERM/SIGINT set stop; returns the previous handlers."""
     def handler(_signum: int, _frame: Any) -> None:
         stop.set()
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
+    return {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -448,7 +448,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (1 if any flow failed, for the client)."""
     a = build_parser().parse_args(argv)
     stop = threading.Event()
-    _stop_on_signals(stop)
+    old = _stop_on_signals(stop)
+    try:
+        return _main(a, stop)
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def _main(a: argparse.Namespace, stop: threading.Event) -> int:
     if a.cmd in ("server", "sink"):
         log = JsonLines(a.log)
         try:

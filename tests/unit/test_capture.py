@@ -1,0 +1,101 @@
+"""Capture: tcpdump argv, readiness from its stderr, clean stop, statistics parser."""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from testbed.capture import Capture, CaptureSet, parse_tcpdump_stats, pcap_name, tcpdump_argv
+from testbed.errors import InputError, RunError
+
+STATS = """tcpdump: listening on client-eth0, link-type EN10MB (Ethernet), snapshot length 128 bytes
+^C
+1502 packets captured
+1510 packets received by filter
+8 packets dropped by kernel
+"""
+
+
+def test_argv_and_names() -> None:
+    assert tcpdump_argv("client-eth0", Path("pcap/client-client-eth0.pcap")) == \
+        ["tcpdump", "-i", "client-eth0", "-s", "128", "-U", "-n", "-Z", "root", "-w",
+         "pcap/client-client-eth0.pcap"]
+    assert tcpdump_argv("s1-eth1", Path("x.pcap"), 256, ["tcp"])[-1] == "tcp"
+    assert pcap_name("client", "client-eth1") == "client-client-eth1.pcap"
+    with pytest.raises(InputError, match="snaplen"):
+        tcpdump_argv("eth0", Path("x"), 10)
+
+
+def test_stats_parser() -> None:
+    assert parse_tcpdump_stats(STATS) == {"captured": 1502, "received": 1510, "dropped": 8}
+    assert parse_tcpdump_stats("1 packet captured\n") == \
+        {"captured": 1, "received": None, "dropped": None}
+
+
+@dataclass
+class Host:
+    name: str = "client"
+    pid: int = 1
+
+
+@dataclass
+class FakeProc:
+    log: Path
+    alive: bool = True
+    signals: list[int] = field(default_factory=list)
+
+    def running(self) -> bool:
+        return self.alive
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 5.0) -> int:
+        self.signals.append(sig)
+        self.alive = False
+        with open(self.log, "a") as f:
+            f.write(STATS.split("\n", 1)[1])
+        return 0
+
+
+@dataclass
+class FakeRunner:
+    """spawn() writes what tcpdump would print once listening (or dies at once)."""
+
+    die: bool = False
+    procs: list[FakeProc] = field(default_factory=list)
+    argvs: list[list[str]] = field(default_factory=list)
+
+    def spawn(self, argv, host=None, log=None, **_kw) -> FakeProc:
+        self.argvs.append(list(argv))
+        with open(log, "a") as f:
+            f.write("tcpdump: eth9: No such device exists\n" if self.die else
+                    "tcpdump: listening on x, link-type EN10MB (Ethernet), snapshot length "
+                    "128 bytes\n")
+        p = FakeProc(Path(log), alive=not self.die)
+        self.procs.append(p)
+        return p
+
+
+def test_capture_set_start_stop(tmp_path: Path) -> None:
+    r = FakeRunner()
+    with CaptureSet(r, tmp_path / "pcap", tmp_path / "logs") as caps:
+        caps.add(Host(), "client-eth0")
+        caps.add(None, "s1-eth1")
+        caps.start(timeout=2)
+        with pytest.raises(InputError, match="listed twice"):
+            caps.add(Host(), "client-eth0")
+    assert [p.signals for p in r.procs] == [[signal.SIGINT], [signal.SIGINT]]
+    assert set(caps.stats) == {"client-client-eth0.pcap", "s1-s1-eth1.pcap"}
+    assert caps.stats["s1-s1-eth1.pcap"]["dropped"] == 8
+
+
+def test_second_capture_does_not_see_the_old_ready_line(tmp_path: Path) -> None:
+    r = FakeRunner()
+    c = Capture(r, Host(), "client-eth0", tmp_path, tmp_path)
+    c.start(timeout=2)
+    c.stop()
+    r.die = True
+    c2 = Capture(r, Host(), "client-eth0", tmp_path, tmp_path)
+    with pytest.raises(RunError, match="No such device"):
+        c2.start(timeout=2)

@@ -1,0 +1,110 @@
+"""parse_ss / cwnd_rows on `ss` output captured in the VM (tests/data/transport/)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from testbed.commands import Result
+from testbed.sampler import Sampler, cwnd_rows, parse_info, parse_rate, parse_ss, split_endpoint
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "transport"
+
+
+def test_small_parsers() -> None:
+    assert parse_rate("5549871bps") == 5549871
+    assert parse_rate("5.5Mbps") == 5.5e6
+    assert parse_rate("fast") is None
+    assert split_endpoint("10.0.1.1:5001") == ("10.0.1.1", 5001)
+    assert split_endpoint("[::ffff:10.0.0.1]:22") == ("::ffff:10.0.0.1", 22)
+    assert split_endpoint("*:*") == ("*", None)
+    info = parse_info("ts sack bbr wscale:7,7 rtt:1.5/0.75 send 10Mbps "
+                      "bbr:(bw:9.5Mbps,mrtt:10,pacing_gain:1,cwnd_gain:2) app_limited")
+    assert info["cc"] == "bbr" and info["send"] == "10Mbps" and info["rtt"] == "1.5/0.75"
+    assert "app_limited" in info["_flags"]
+
+
+def test_plain_tcp_reno() -> None:
+    entries = parse_ss((DATA / "ss_tinM_client_tcp_reno.txt").read_text())
+    assert len(entries) == 2
+    bulk = entries[0]
+    assert (bulk["netid"], bulk["state"], bulk["src_addr"], bulk["sport"], bulk["dst_addr"],
+            bulk["dport"]) == ("tcp", "ESTAB", "10.0.1.1", 54148, "10.0.1.2", 5202)
+    assert (bulk["cc"], bulk["cwnd"], bulk["ssthresh"]) == ("reno", 1377, None)
+    assert (bulk["srtt_ms"], bulk["rttvar_ms"]) == (2874.15, 48.054)
+    assert bulk["delivery_rate_bps"] == 2747504 and bulk["bytes_acked"] == 1989590
+    assert bulk["retrans"] == 3 and bulk["send_q"] == 4301904
+    assert bulk["mptcp_token"] is None
+    ctrl = entries[1]
+    assert (ctrl["cc"], ctrl["cwnd"], ctrl["ssthresh"], ctrl["lost"]) == ("cubic", 1, 7, 1)
+
+
+def test_fallback_subflows_map_to_their_mptcp_socket() -> None:
+    entries = parse_ss((DATA / "ss_tinM_client_fallback.txt").read_text())
+    assert [e["netid"] for e in entries] == ["tcp", "tcp", "mptcp", "mptcp"]
+    sub = entries[1]
+    assert sub["mptcp_token"] == "134c5e69" and sub["mptcp_remote_token"] == "0"
+    assert sub["mptcp_flags"] == "mc" and sub["mptcp_subflow_id"] == 0
+    msk = entries[3]
+    assert msk["mptcp_token"] == "134c5e69" and msk["mptcp_fallback"] is True
+    assert msk["cc"] is None and msk["cwnd"] is None
+    rows = cwnd_rows(entries, 10.0, "client")
+    assert len(rows) == 2
+    assert rows[1]["protocol"] == "mptcp" and rows[1]["mptcp_fallback"] is True
+    assert rows[1]["cwnd"] == 157 and rows[1]["t"] == 10.0 and rows[1]["host"] == "client"
+
+
+MPTCP_FILES = sorted(DATA.glob("ss_tinM_client_mptcp*.txt"))
+
+
+@pytest.mark.parametrize("path", MPTCP_FILES, ids=lambda p: p.name)
+def test_mptcp_subflows_share_the_connection_token(path: Path) -> None:
+    entries = parse_ss(path.read_text())
+    msks = [e for e in entries if e["netid"] == "mptcp" and e["subflows"]]
+    assert msks, "no MPTCP connection with subflows in the capture"
+    for msk in msks:
+        subs = [e for e in entries if e["netid"] == "tcp"
+                and e["mptcp_token"] == msk["mptcp_token"]]
+        assert len(subs) == msk["subflows"] + 1
+        assert not msk["mptcp_fallback"]
+        assert all(s["mptcp_remote_token"] not in (None, "0") for s in subs)
+        assert len({s["src_addr"] for s in subs}) == len(subs)
+
+
+def test_rows_filter_by_port() -> None:
+    entries = parse_ss((DATA / "ss_tinM_client_tcp_reno.txt").read_text())
+    assert len(cwnd_rows(entries, 0.0, "h", ports={5202})) == 2
+    assert cwnd_rows(entries, 0.0, "h", ports={80}) == []
+    assert parse_ss("") == []
+
+
+@dataclass
+class Host:
+    name: str = "client"
+    pid: int = 1
+
+
+@dataclass
+class FakeSs:
+    text: str
+    calls: list[tuple[list[str], bool]] = field(default_factory=list)
+
+    def run(self, argv, host=None, record=True, **_kw) -> Result:
+        self.calls.append((list(argv), record))
+        return Result(list(argv), 0, self.text, "", 0.0)
+
+
+def test_sampler_writes_raw_and_rows(tmp_path: Path) -> None:
+    fake = FakeSs((DATA / "ss_tinM_client_tcp_reno.txt").read_text())
+    s = Sampler(fake, Host(), tmp_path, interval=0.01, ports={5202})
+    s.sample_once()
+    s.sample_once()
+    assert fake.calls[0] == (["ss", "-tinHM"], True) and fake.calls[1][1] is False
+    raw = (tmp_path / "ss-client.txt").read_text()
+    assert raw.count("# t=") == 2
+    assert len((tmp_path / "cwnd.jsonl").read_text().splitlines()) == 4
+    s.start()
+    stats = s.stop()
+    assert stats["samples"] >= 3 and stats["errors"] == 0

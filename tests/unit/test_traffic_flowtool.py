@@ -1,0 +1,132 @@
+"""The flow tool over loopback (no root): TCP flows of a size and a duration, a UDP CBR
+flow into a sink, refused connections, and interruption writing a record per flow."""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed.traffic import flowtool
+from testbed.traffic.flowspec import FlowSpec, dump_flows, read_records
+
+
+def free_port(kind: int = socket.SOCK_STREAM) -> int:
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def server(tmp_path: Path):
+    port = free_port()
+    stop = threading.Event()
+    log = flowtool.JsonLines(str(tmp_path / "srv.jsonl"))
+    ready = io.StringIO()
+    t = threading.Thread(target=flowtool.serve, args=("127.0.0.1", port, "tcp", log, stop,
+                                                      ready), daemon=True)
+    t.start()
+    deadline = time.time() + 5
+    while "listening" not in ready.getvalue() and time.time() < deadline:
+        time.sleep(0.01)
+    yield port, tmp_path / "srv.jsonl"
+    stop.set()
+    t.join(timeout=5)
+    log.close()
+
+
+def flow(port: int, **kw) -> FlowSpec:
+    base = {"flow_id": "f0", "workload": "w", "src": "a", "dst": "b", "dst_addr": "127.0.0.1",
+            "dport": port}
+    return FlowSpec(**{**base, **kw})
+
+
+def test_sized_flow_record(server) -> None:
+    port, srv_log = server
+    rec = flowtool.run_stream_flow(flow(port, size_bytes=300_000), threading.Event())
+    assert rec["error"] is None
+    assert rec["bytes"] == rec["bytes_received"] == 300_000
+    assert rec["start"] <= rec["t_connected"] <= rec["end"]
+    assert rec["fct_s"] == pytest.approx(rec["end"] - rec["start"])
+    assert rec["src_addr"] == "127.0.0.1" and rec["sport"] > 0 and rec["dport"] == port
+    time.sleep(0.1)
+    (srv,) = read_records(srv_log.read_text())
+    assert srv["bytes"] == 300_000 and srv["peer_port"] == rec["sport"]
+
+
+def test_duration_flow_and_per_socket_cc(server) -> None:
+    port, _ = server
+    rec = flowtool.run_stream_flow(flow(port, duration_s=0.3, cc="reno"), threading.Event())
+    assert rec["error"] is None, rec
+    assert 0.3 <= rec["end"] - rec["t_connected"] < 2.0
+    assert rec["bytes"] == rec["bytes_received"] > 0
+
+
+def test_refused_connection_is_an_error_record() -> None:
+    rec = flowtool.run_stream_flow(flow(free_port(), size_bytes=10), threading.Event())
+    assert rec["error"].startswith("ConnectionRefusedError")
+    assert rec["fct_s"] is None and rec["end"] is not None
+
+
+def test_scheduled_flows_and_interruption(server, tmp_path: Path) -> None:
+    port, _ = server
+    flows = [flow(port, flow_id="now", size_bytes=1000),
+             flow(port, flow_id="later", size_bytes=1000, start_s=30.0),
+             flow(port, flow_id="forever", start_s=0.0)]
+    out = flowtool.JsonLines(str(tmp_path / "out.jsonl"))
+    stop = threading.Event()
+    threading.Timer(0.5, stop.set).start()
+    recs = {r["flow_id"]: r for r in flowtool.run_flows(flows, time.time(), out, stop)}
+    out.close()
+    assert recs["now"]["error"] is None
+    assert recs["later"]["error"] == "interrupted before it started"
+    assert recs["forever"]["error"] is None and recs["forever"]["bytes_received"] > 0
+    assert len(read_records((tmp_path / "out.jsonl").read_text())) == 3
+
+
+def test_udp_cbr_into_sink(tmp_path: Path) -> None:
+    port = free_port(socket.SOCK_DGRAM)
+    stop = threading.Event()
+    log = flowtool.JsonLines(str(tmp_path / "sink.jsonl"))
+    t = threading.Thread(target=flowtool.sink, args=("127.0.0.1", port, log, stop,
+                                                     io.StringIO()), daemon=True)
+    t.start()
+    time.sleep(0.1)
+    rec = flowtool.run_udp_flow(flow(port, protocol="udp", rate_bps=800_000,
+                                     packet_size=1000, duration_s=0.5), threading.Event())
+    time.sleep(0.1)
+    stop.set()
+    t.join(timeout=5)
+    log.close()
+    assert rec["error"] is None and rec["protocol"] == "udp"
+    assert 45 <= rec["packets"] <= 51  # 100 packets/s for 0.5 s
+    (sink,) = read_records((tmp_path / "sink.jsonl").read_text())
+    assert sink["packets"] == rec["packets"] and sink["lost"] == 0
+    assert sink["bytes"] == rec["bytes"]
+
+
+def test_cli_single_flow(server, capsys) -> None:
+    port, _ = server
+    rc = flowtool.main(["client", "--dst", "127.0.0.1", "--port", str(port), "--size", "2KB"])
+    rec = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rc == 0 and rec["bytes_received"] == 2000
+
+
+def test_cli_flows_file(server, tmp_path: Path) -> None:
+    port, _ = server
+    spec = tmp_path / "flows.json"
+    spec.write_text(dump_flows([flow(port, flow_id=f"x{i}", size_bytes=5000)
+                                for i in range(3)]))
+    out = tmp_path / "o.jsonl"
+    assert flowtool.main(["client", "--flows", str(spec), "--out", str(out)]) == 0
+    assert sorted(r["flow_id"] for r in read_records(out.read_text())) == ["x0", "x1", "x2"]
+
+
+def test_mptcp_info_on_plain_socket_reports_fallback() -> None:
+    with socket.socket() as s:
+        assert flowtool.mptcp_info(s)["mptcp_fallback"] is True
