@@ -1,0 +1,230 @@
+"""The launcher: argv, /proc/net/tcp parsing, readiness, CLI errors, and a real controller
+process programming two fake OpenFlow 1.3 switches over loopback (no root needed)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from controllers import UnknownAppError, app_module, canonical_app, layout_for
+from controllers.launcher import (
+    ControllerProcess,
+    controller_argv,
+    is_listening,
+    parse_proc_net_tcp,
+    parse_status,
+    readiness,
+)
+from controllers.stats import chi2_sf, chi_square_uniform
+from testbed.commands import CommandRunner
+from testbed.errors import InputError, RunError
+from topologies.fattree import FatTreeTopo, TopologyError, fattree_layout
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "controllers"
+
+
+def test_controller_argv() -> None:
+    assert controller_argv("/py", "ecmp", 6653, Path("/r/c.layout.json"),
+                           Path("/r/c.status.jsonl")) == [
+        "/py", "-m", "controllers", "ecmp", "--port", "6653",
+        "--layout", "/r/c.layout.json", "--status", "/r/c.status.jsonl"]
+
+
+def test_parse_proc_net_tcp() -> None:
+    got = parse_proc_net_tcp((DATA / "proc_net_tcp.txt").read_text())
+    assert got == {("0.0.0.0", 2024), ("127.0.0.1", 51035)}   # rows in state 0A only
+
+
+def test_registry_and_layouts() -> None:
+    assert canonical_app("single-path") == "single_path"
+    assert app_module("spray") == "controllers.spray"
+    with pytest.raises(UnknownAppError, match="choose one of single_path, ecmp, spray"):
+        canonical_app("flowlet")
+    assert layout_for("fattree,6").k == 6
+    assert layout_for(FatTreeTopo(2)) == fattree_layout(2)
+    assert layout_for(fattree_layout(4).to_dict()) == fattree_layout(4)
+    with pytest.raises(TopologyError, match="no layout"):
+        layout_for("multipath,2")
+    with pytest.raises(TopologyError, match="even"):
+        layout_for("fattree,5")
+
+
+def test_readiness() -> None:
+    events = parse_status(
+        '{"t": 1.0, "event": "programming", "dpid": 1}\n'
+        '{"t": 2.0, "event": "ready", "dpid": 1}\n'
+        '{"t": 2.5, "event": "ready", "dpid": 2}\n'
+        '{"t": 3.0, "event": "disconnected", "dpid": 2}\n'
+        '{"t": 3.5, "event": "ready", "dpid": 9}\n'
+        '{"t": 4.0, "event": "rea')            # a line still being written
+    ready, errors = readiness(events, [1, 2])
+    assert ready == {1: 2.0} and errors == []
+    _, errors = readiness([{"event": "error", "dpid": 2, "detail": "x"}], [1, 2])
+    assert len(errors) == 1
+
+
+def test_constructor_rejects_bad_input(tmp_path: Path) -> None:
+    with pytest.raises(UnknownAppError):
+        ControllerProcess("nope", "fattree,4", log=tmp_path / "c.log")
+    with pytest.raises(InputError, match="even"):
+        ControllerProcess("ecmp", "fattree,3", log=tmp_path / "c.log")
+    ctl = ControllerProcess("spray", FatTreeTopo(4), port=6999, log=tmp_path / "c.log")
+    with pytest.raises(RunError, match="never started"):
+        ctl.check_alive()
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["flowlet"], "unknown controller app 'flowlet'"),
+    (["ecmp", "--topo", "fattree,3"], "k must be even"),
+    (["ecmp", "--topo", "ring,3"], "no layout the controllers can route"),
+])
+def test_cli_user_errors_exit_2(argv: list[str], message: str) -> None:
+    res = subprocess.run([sys.executable, "-m", "controllers", *argv], capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 2
+    assert res.stderr.startswith("error: ") and message in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_chi_square() -> None:
+    # textbook critical values at p = 0.05 and 0.01
+    assert chi2_sf(3.841459, 1) == pytest.approx(0.05, abs=1e-6)
+    assert chi2_sf(5.991465, 2) == pytest.approx(0.05, abs=1e-6)
+    assert chi2_sf(7.814728, 3) == pytest.approx(0.05, abs=1e-6)
+    assert chi2_sf(13.276704, 4) == pytest.approx(0.01, abs=1e-6)
+    assert chi2_sf(15.086272, 5) == pytest.approx(0.01, abs=1e-6)
+    assert chi2_sf(0.0, 3) == 1.0
+    stat, p = chi_square_uniform([4881, 4807])
+    assert stat == pytest.approx(74**2 / 4844 / 2, rel=1e-9) and p > 0.4
+    assert chi_square_uniform([900, 100])[1] < 1e-100
+    with pytest.raises(ValueError):
+        chi_square_uniform([5])
+
+
+# -- a fake OpenFlow 1.3 switch ----------------------------------------------------------
+
+OFP_HEADER = struct.Struct("!BBHI")
+HELLO, ECHO_REQ, ECHO_REP, FEATURES_REQ, FEATURES_REP = 0, 2, 3, 5, 6
+FLOW_MOD, GROUP_MOD, MP_REQ, MP_REP, BARRIER_REQ, BARRIER_REP = 14, 15, 18, 19, 20, 21
+
+
+class FakeSwitch(threading.Thread):
+    """Connects to the controller, answers the handshake, counts rules, acks barriers."""
+
+    def __init__(self, port: int, dpid: int, ports: list[int]):
+        super().__init__(daemon=True)
+        self.port, self.dpid, self.ports = port, dpid, ports
+        self.counts = {FLOW_MOD: 0, GROUP_MOD: 0, BARRIER_REQ: 0}
+        self.sock: socket.socket | None = None
+
+    def send(self, type_: int, xid: int, body: bytes = b"") -> None:
+        assert self.sock is not None
+        self.sock.sendall(OFP_HEADER.pack(4, type_, 8 + len(body), xid) + body)
+
+    def recv_exact(self, n: int) -> bytes:
+        assert self.sock is not None
+        buf = b""
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError
+            buf += chunk
+        return buf
+
+    def run(self) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", self.port), timeout=30)
+        self.send(HELLO, 1)
+        try:
+            while True:
+                _v, type_, length, xid = OFP_HEADER.unpack(self.recv_exact(8))
+                body = self.recv_exact(length - 8)
+                if type_ in self.counts:
+                    self.counts[type_] += 1
+                if type_ == FEATURES_REQ:
+                    self.send(FEATURES_REP, xid, struct.pack("!QIBB2xII", self.dpid, 0, 254,
+                                                             0, 0, 0))
+                elif type_ == MP_REQ and struct.unpack_from("!H", body)[0] == 13:  # port desc
+                    ports = b"".join(struct.pack("!I4x6s2x16sIIIIIIII", n, b"\0" * 6,
+                                                 f"p{n}".encode(), 0, 0, 0, 0, 0, 0, 0, 0)
+                                     for n in self.ports)
+                    self.send(MP_REP, xid, struct.pack("!HH4x", 13, 0) + ports)
+                elif type_ == BARRIER_REQ:
+                    self.send(BARRIER_REP, xid)
+                elif type_ == ECHO_REQ:
+                    self.send(ECHO_REP, xid, body)
+        except (ConnectionError, OSError):
+            return
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_controller_process_programs_switches_over_loopback(tmp_path: Path) -> None:
+    layout = fattree_layout(4)
+    port = free_port()
+    runner = CommandRunner()
+    ctl = ControllerProcess("ecmp", layout, port=port, log=tmp_path / "logs" / "ctl.log",
+                            runner=runner, start_timeout=60)
+    switches = []
+    try:
+        ctl.start()
+        assert is_listening(port)
+        e0, c0 = layout.switch("E0"), layout.switch("C0")
+        switches = [FakeSwitch(port, e0.dpid, [1, 2, 3, 4, 0xFFFFFFFE]),
+                    FakeSwitch(port, c0.dpid, [1, 2, 3, 4])]
+        for sw in switches:
+            sw.start()
+        ready = ctl.wait_ready([e0.dpid, c0.dpid], timeout=30)
+        assert set(ready) == {e0.dpid, c0.dpid}
+        assert switches[0].counts[FLOW_MOD] == 1 + 1 + 16 + 16   # reset, miss, ARP, IPv4
+        assert switches[0].counts[GROUP_MOD] == 2                # reset + one select group
+        assert switches[1].counts == {FLOW_MOD: 18, GROUP_MOD: 1, BARRIER_REQ: 1}
+        ctl.check_alive()
+        assert ctl.describe()["app"] == "ecmp"
+        # a switch with missing ports is reported and fails the wait loudly
+        bad = FakeSwitch(port, layout.switch("A0").dpid, [1, 2])
+        switches.append(bad)
+        bad.start()
+        with pytest.raises(RunError, match="lacks layout ports"):
+            ctl.wait_ready([layout.switch("A0").dpid], timeout=30)
+        # the controller dying mid-run is noticed
+        assert ctl.proc is not None
+        ctl.proc.popen.kill()
+        ctl.proc.popen.wait(10)
+        with pytest.raises(RunError, match="died"):
+            ctl.check_alive()
+    finally:
+        for sw in switches:
+            sw.close()
+        ctl.stop()
+    assert ctl.proc is not None and not ctl.proc.running()
+    assert runner.running() == []
+    status = [json.loads(x) for x in ctl.status_file.read_text().splitlines()]
+    assert {e["switch"] for e in status if e["event"] == "ready"} >= {"E0", "C0"}
+    assert [e["switch"] for e in status if e["event"] == "error"] == ["A0"]
+    assert ctl.log.exists() and "instantiating app controllers.ecmp" in ctl.log.read_text()
+
+
+def test_port_in_use_is_refused(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        ctl = ControllerProcess("ecmp", "fattree,4", port=s.getsockname()[1],
+                                log=tmp_path / "c.log")
+        with pytest.raises(RunError, match="already in use"):
+            ctl.start()
+    assert ctl.proc is None
