@@ -1,0 +1,262 @@
+"""The study specs under ``experiments/``: they load, validate and dry-run; the ``quick``
+variants stay within the CI VM's limits (rates <= 20 Mbit/s) and time budget; each
+study's ``paper.toml`` follows the documented schema and its README names every spec.
+
+Run as a script to print the quick variants' run counts and time estimates::
+
+    .venv/bin/python tests/unit/test_experiments_specs.py
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:  # running as a script
+    sys.path.insert(0, str(REPO))
+
+from testbed.compat import tomllib  # noqa: E402
+from testbed.runner import dry_run_commands  # noqa: E402
+from testbed.spec import FatTreeTopology, MultipathTopology  # noqa: E402
+from testbed.sweep import RunPlan, plan_runs  # noqa: E402
+
+EXPERIMENTS = REPO / "experiments"
+STUDIES = ("p0_wifi_3g", "p1_fattree_spray", "p2_three_paths", "p3_handover",
+           "p4_rbuf_blocking")
+VARIANTS = ("quick", "full")
+
+# Cost model of one run in the CI VM (2 vCPUs, software emulation): a fixed set-up and
+# tear-down cost (network, OVS, MPTCP, captures, flow tool, analysis) plus the spec's
+# duration (an upper bound when stop_when_done is set).  Mid-points of what was seen.
+FIXED_S = {"multipath": 25.0, "fattree": 75.0}
+QUICK_BUDGET_S = {"p0_wifi_3g": 6.5 * 60, "p1_fattree_spray": 7 * 60,
+                  "p2_three_paths": 4 * 60, "p3_handover": 4.5 * 60,
+                  "p4_rbuf_blocking": 4 * 60}
+QUICK_TOTAL_BUDGET_S = 25 * 60
+QUICK_MAX_RATE_BPS = 20_000_000
+
+# Specs that exist only in the full variant (each is named in its study's README).
+FULL_ONLY = {("p1_fattree_spray", "short_count"), ("p3_handover", "case4_two_flows_alternating")}
+
+PAPER_FIGURE_KEYS = {"title", "source", "specs", "metric", "unit", "key", "values", "claim",
+                     "approximate", "notes", "labels", "window_s", "ideal_mbps", "extra"}
+
+
+def spec_files(study: str | None = None, variant: str | None = None) -> list[Path]:
+    """The spec files of a study/variant (all when None), sorted."""
+    studies = [study] if study else list(STUDIES)
+    variants = [variant] if variant else list(VARIANTS)
+    return sorted(p for s in studies for v in variants
+                  for p in (EXPERIMENTS / s / v).glob("*.toml"))
+
+
+def all_spec_files() -> list[Path]:
+    """Every experiment spec under experiments/ (studies and examples; not paper.toml)."""
+    return sorted(p for p in EXPERIMENTS.rglob("*.toml") if p.name != "paper.toml")
+
+
+def rel(path: Path) -> str:
+    """path relative to the repository (for test ids and messages)."""
+    return str(path.relative_to(REPO))
+
+
+@functools.cache
+def plans_of(path: Path) -> tuple[RunPlan, ...]:
+    """The runs of a spec file (cached: plans are frozen and the files do not change)."""
+    return tuple(plan_runs(path))
+
+
+def run_seconds(plan: RunPlan) -> float:
+    """Estimated wall time of one run in the CI VM: fixed cost + the spec's duration."""
+    topo = plan.spec.topology
+    fixed = FIXED_S["fattree"] if isinstance(topo, FatTreeTopology) else FIXED_S["multipath"]
+    return fixed + plan.spec.duration
+
+
+def quick_estimate(study: str) -> tuple[int, float]:
+    """(runs, estimated seconds) of all of a study's quick specs."""
+    plans = [p for f in spec_files(study, "quick") for p in plans_of(f)]
+    return len(plans), sum(run_seconds(p) for p in plans)
+
+
+def rates_of(plan: RunPlan) -> list[tuple[str, int | None]]:
+    """(where, bit/s) of every rate in a resolved spec: paths, fat-tree, schedule, CBR.
+    None means unlimited."""
+    exp = plan.spec
+    out: list[tuple[str, int | None]] = []
+    topo = exp.topology
+    if isinstance(topo, MultipathTopology):
+        out += [(f"topology.paths[{i}].bw", p.bw) for i, p in enumerate(topo.paths)]
+    elif isinstance(topo, FatTreeTopology):
+        out.append(("topology.bw", topo.bw))
+    out += [(f"schedule[{i}].bw", ev.bw) for i, ev in enumerate(exp.schedule)
+            if ev.bw is not None]
+    out += [(f"workload[{i}].rate", wl.rate) for i, wl in enumerate(exp.workload)
+            if wl.kind == "cbr"]
+    return out
+
+
+# -- every spec loads, validates and dry-runs ----------------------------------------
+
+
+@pytest.mark.parametrize("path", all_spec_files(), ids=rel)
+def test_spec_validates_and_expands(path: Path) -> None:
+    plans = plan_runs(path)
+    assert plans, f"{rel(path)}: no runs"
+    assert len({p.run_id for p in plans}) == len(plans)
+
+
+@pytest.mark.parametrize("path", spec_files(), ids=rel)
+def test_spec_dry_runs(path: Path, tmp_path: Path) -> None:
+    plans = plans_of(path)
+    # every point of a quick spec, the first point of a full one (they differ only in scale)
+    for plan in plans if path.parent.name == "quick" else plans[:1]:
+        runner = dry_run_commands(plan, tmp_path / plan.run_id)
+        assert runner.transcript.as_shell().strip(), f"{rel(path)}: no commands"
+
+
+def test_study_folders_have_both_variants() -> None:
+    for study in STUDIES:
+        quick = {p.stem for p in spec_files(study, "quick")}
+        full = {p.stem for p in spec_files(study, "full")}
+        assert quick, f"{study}: no quick specs"
+        assert quick <= full, f"{study}: quick specs without a full variant: {quick - full}"
+        extra = {(study, s) for s in full - quick}
+        assert extra <= FULL_ONLY, f"{study}: full-only specs not declared: {extra}"
+
+
+def test_names_are_unique_and_say_the_variant() -> None:
+    names: dict[str, Path] = {}
+    for path in spec_files():
+        name = plans_of(path)[0].spec.name
+        assert name not in names, f"{rel(path)} and {rel(names[name])} share name {name!r}"
+        names[name] = path
+        assert name.endswith("-quick") == (path.parent.name == "quick"), \
+            f"{rel(path)}: quick spec names end in '-quick', full ones do not ({name!r})"
+        prefix = path.parts[-3][:2]
+        assert name.startswith(f"{prefix}-"), f"{rel(path)}: name should start with {prefix}-"
+
+
+# -- quick variants: CI VM limits ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", spec_files(variant="quick"), ids=rel)
+def test_quick_rates_at_most_20mbit(path: Path) -> None:
+    for plan in plans_of(path):
+        for where, bps in rates_of(plan):
+            assert bps is not None, f"{rel(path)} {plan.params}: {where} is unlimited"
+            assert bps <= QUICK_MAX_RATE_BPS, \
+                f"{rel(path)} {plan.params}: {where} = {bps} bit/s > 20 Mbit/s"
+
+
+@pytest.mark.parametrize("path", spec_files(variant="quick"), ids=rel)
+def test_quick_is_short_and_single(path: Path) -> None:
+    for plan in plans_of(path):
+        assert plan.spec.repetitions == 1, f"{rel(path)}: quick runs once"
+        assert plan.spec.duration <= 30, f"{rel(path)}: quick runs last at most 30 s"
+
+
+def test_quick_time_budget() -> None:
+    total = 0.0
+    for study in STUDIES:
+        runs, seconds = quick_estimate(study)
+        assert seconds <= QUICK_BUDGET_S[study], \
+            f"{study}: quick {runs} runs ~{seconds:.0f} s > {QUICK_BUDGET_S[study]:.0f} s"
+        total += seconds
+    assert total <= QUICK_TOTAL_BUDGET_S, f"all quick specs ~{total:.0f} s > 25 min"
+
+
+def test_budget_estimate_counts_fixed_cost_and_duration(tmp_path: Path) -> None:
+    spec = tmp_path / "s.toml"
+    spec.write_text('name = "x"\nduration = "10s"\n[topology]\nkind = "fattree"\n'
+                    '[[workload]]\nkind = "bulk"\nsrc = "S0"\ndst = "S15"\n'
+                    '[sweep]\n"controller.kind" = ["ecmp", "spray"]\n', encoding="utf-8")
+    plans = plan_runs(spec)
+    assert [run_seconds(p) for p in plans] == [FIXED_S["fattree"] + 10] * 2
+
+
+# -- paper.toml and README -------------------------------------------------------------
+
+
+def load_paper(study: str) -> dict[str, Any]:
+    """A study's paper.toml as a dict."""
+    return tomllib.loads((EXPERIMENTS / study / "paper.toml").read_text(encoding="utf-8"))
+
+
+def _numbers(value: Any, where: str) -> None:
+    """Values are numbers or tables of numbers (nested by key)."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _numbers(v, f"{where}.{k}")
+    else:
+        assert isinstance(value, (int, float)) and not isinstance(value, bool) \
+            and math.isfinite(value), f"{where}: {value!r} is not a number"
+
+
+@pytest.mark.parametrize("study", STUDIES)
+def test_paper_toml_schema(study: str) -> None:
+    data = load_paper(study)
+    paper = data["paper"]
+    for key in ("id", "title", "authors", "venue", "file", "setup"):
+        assert isinstance(paper.get(key), str) and paper[key], f"{study}: paper.{key}"
+    assert paper["id"] == study[:2].upper()
+    assert re.fullmatch(rf"00{study[1]}_[0-9a-f]{{16}}\.txt", paper["file"]), \
+        f"{study}: paper.file should name the seed text 00{study[1]}_<hash>.txt"
+    figures = data["figures"]
+    assert figures, f"{study}: no figures"
+    stems = {p.stem for p in spec_files(study)}
+    for fid, fig in figures.items():
+        where = f"{study}: figures.{fid}"
+        unknown = set(fig) - PAPER_FIGURE_KEYS
+        assert not unknown, f"{where}: unknown keys {sorted(unknown)}"
+        for key in ("title", "source", "metric", "key"):
+            assert isinstance(fig.get(key), str) and fig[key], f"{where}.{key} missing"
+        assert "values" in fig or "claim" in fig, f"{where}: give values or a claim"
+        if "values" in fig:
+            assert isinstance(fig.get("unit"), str), f"{where}: values need a unit"
+            assert isinstance(fig.get("approximate"), bool), f"{where}: say if approximate"
+            _numbers(fig["values"], f"{where}.values")
+        assert fig["specs"], f"{where}: no specs"
+        for stem in fig["specs"]:
+            assert stem in stems, f"{where}.specs: no spec {stem!r} in quick/ or full/"
+
+
+@pytest.mark.parametrize("study", STUDIES)
+def test_readme_names_every_spec_and_the_run_count(study: str) -> None:
+    text = (EXPERIMENTS / study / "README.md").read_text(encoding="utf-8")
+    for path in spec_files(study):
+        assert rel(path) in text, f"{study}/README.md does not mention {rel(path)}"
+    runs, _seconds = quick_estimate(study)
+    m = re.search(r"quick variant: (\d+) runs", text, flags=re.IGNORECASE)
+    assert m, f"{study}/README.md: state 'Quick variant: N runs'"
+    assert int(m.group(1)) == runs, f"{study}/README.md says {m.group(1)} quick runs, " \
+                                    f"the specs make {runs}"
+
+
+def test_index_readme_lists_studies() -> None:
+    text = (EXPERIMENTS / "README.md").read_text(encoding="utf-8")
+    for study in STUDIES:
+        assert f"{study}/" in text
+
+
+def main() -> None:
+    """Print each study's quick run count and estimated time."""
+    total_runs, total_s = 0, 0.0
+    print(f"{'study':<18} {'runs':>4} {'est. s':>7} {'budget s':>8}")
+    for study in STUDIES:
+        runs, seconds = quick_estimate(study)
+        total_runs, total_s = total_runs + runs, total_s + seconds
+        print(f"{study:<18} {runs:>4} {seconds:>7.0f} {QUICK_BUDGET_S[study]:>8.0f}")
+    print(f"{'total':<18} {total_runs:>4} {total_s:>7.0f} {QUICK_TOTAL_BUDGET_S:>8.0f}"
+          f"  (~{total_s / 60:.1f} min)")
+
+
+if __name__ == "__main__":
+    main()
