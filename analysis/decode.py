@@ -202,6 +202,19 @@ def _tcp_options(ld: Loader, cols: dict[str, np.ndarray], rows: np.ndarray, cur:
     act = cur < oend
     rows, cur, oend = rows[act], cur[act], oend[act]
     opts = cols["opts"]
+    # fast path: most stacks start with NOP NOP TS (RFC 7323 appendix A layout)
+    if len(rows):
+        w = ld.be64(cur)
+        ts = np.flatnonzero(((w >> _U64(32)) == _U64(0x0101080A)) & (cur + 12 <= oend))
+        if len(ts):
+            r = rows[ts]
+            cols["tsval"][r] = w[ts].astype(np.uint32)
+            cols["tsecr"][r] = ld.be32(cur[ts] + 8)
+            opts[r] |= T.OPT_TS
+            cur[ts] += 12
+            keep = cur < oend
+            if not keep.all():
+                rows, cur, oend = rows[keep], cur[keep], oend[keep]
     for _ in range(40):  # each step advances at least one byte of at most 40
         if not len(rows):
             break
@@ -209,17 +222,19 @@ def _tcp_options(ld: Loader, cols: dict[str, np.ndarray], rows: np.ndarray, cur:
         kind = (w >> _U64(56)).astype(np.uint8)
         olen = ((w >> _U64(48)) & _U64(0xFF)).astype(np.int64)
         nop = kind == 1
-        step = np.where(nop, 1, olen)
+        step = np.where(nop, np.where(olen == 1, 2, 1), olen)  # NOP NOP in one step
         bad = ~nop & ((kind == 0) | (olen < 2) | (cur + olen > oend))
         use = ~nop & ~bad
+        present = np.bincount(kind[use], minlength=256)
         for k, handler in _OPTION_HANDLERS.items():
-            sel = np.flatnonzero(use & (kind == k))
-            if len(sel):
+            if present[k]:
+                sel = np.flatnonzero(use & (kind == k))
                 handler(ld, cols, side, rows[sel], cur[sel], olen[sel], w[sel])
                 opts[rows[sel]] |= _OPTION_BITS.get(k, 0)
         cur = cur + step
         keep = ~bad & (cur < oend)
-        rows, cur, oend = rows[keep], cur[keep], oend[keep]
+        if not keep.all():
+            rows, cur, oend = rows[keep], cur[keep], oend[keep]
     out = {}
     for name, parts in side.items():
         if parts:
@@ -309,9 +324,10 @@ def _opt_mptcp(ld, cols, side, rows, cur, olen, w) -> None:
         r, c, ln = rows[m], cur[m], olen[m]
         skey = np.where(ln >= 12, ld.be64(c + 4), _U64(0))
         rkey = np.where(ln >= 20, ld.be64(c + 12), _U64(0))
+        dlen = np.where(ln >= 22, ld.be16(c + 20), 0)
         side["mp_capable"].append({"pkt": r, "version": ((w[m] >> _U64(40)) & _U64(0xF)),
                                    "flags": (w[m] >> _U64(32)) & _U64(0xFF),
-                                   "sender_key": skey, "receiver_key": rkey})
+                                   "sender_key": skey, "receiver_key": rkey, "data_len": dlen})
     j = np.flatnonzero(sub == T.MP_JOIN)
     if len(j):
         r, c, ln = rows[j], cur[j], olen[j]

@@ -277,6 +277,21 @@ def dsn_analysis(tbl: T.PacketTable, fl: Flows, seg: pd.DataFrame, ddir: np.ndar
         return pd.DataFrame({k: [] for k in cols})
     rows = d["row"].to_numpy()
     has_map = (c["dss_flags"][rows] & T.DSS_M) != 0
+    m_dsn = c["dsn"][rows].copy()
+    m_ssn = c["ssn"][rows].astype(np.int64)
+    m_dsn8 = (c["dss_flags"][rows] & T.DSS_m) != 0
+    # MPTCP v1: the first data may ride on the third ACK's MP_CAPABLE (an implicit mapping
+    # at DSN = IDSN + 1, SSN = 1, RFC 8684 section 3.1)
+    cap = tbl.side_frame("mp_capable")
+    cap = cap[(cap["data_len"] > 0) & (cap["sender_key"] != 0)]
+    if len(cap):
+        pos = pd.Series(np.arange(len(rows)), index=rows)
+        hit = cap[cap["pkt"].isin(pos.index)]
+        at = pos[hit["pkt"]].to_numpy()
+        m_dsn[at] = [(key_token(int(k))[1] + 1) % (1 << 64) for k in hit["sender_key"]]
+        m_ssn[at] = 1
+        m_dsn8[at] = True
+        has_map[at] = True
     # carry each flow's latest mapping forward to the packets that carry none
     fl_ = d["flow"].to_numpy()
     st = _starts(fl_)
@@ -285,10 +300,10 @@ def dsn_analysis(tbl: T.PacketTable, fl: Flows, seg: pd.DataFrame, ddir: np.ndar
     lift = gi * (len(d) + 1)
     last = np.maximum.accumulate(idx + lift) - lift
     ok = last >= 0
-    src = rows[np.maximum(last, 0)]
-    d["map_dsn"] = c["dsn"][src]
-    d["map_ssn"] = c["ssn"][src].astype(np.int64)
-    d["dsn8"] = (c["dss_flags"][src] & T.DSS_m) != 0
+    src = np.maximum(last, 0)
+    d["map_dsn"] = m_dsn[src]
+    d["map_ssn"] = m_ssn[src]
+    d["dsn8"] = m_dsn8[src]
     d = d[ok & (d["payload"] > 0).to_numpy()]
     if not len(d):
         return pd.DataFrame({k: [] for k in cols})

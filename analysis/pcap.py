@@ -32,7 +32,7 @@ from analysis import decode as D
 from analysis import table as T
 from testbed.errors import CaptureFormatError
 
-DEFAULT_CHUNK_BYTES = 4 << 20  # keeps a chunk and its gathers in the CPU caches
+DEFAULT_CHUNK_BYTES = 2 << 20  # keeps a chunk and its gathers in the CPU caches
 MAX_CAPLEN = 262144            # libpcap's largest snapshot length
 _PAD = 64
 _PCAP_MAGICS = {b"\xd4\xc3\xb2\xa1": ("<", 1000), b"\xa1\xb2\xc3\xd4": (">", 1000),

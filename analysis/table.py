@@ -93,7 +93,9 @@ SIDE_COLUMNS: dict[str, tuple[Column, ...]] = {
     "mp_capable": (Column("pkt", "int64", "packet row"), Column("version", "uint8", "version"),
                    Column("flags", "uint8", "flags"),
                    Column("sender_key", "uint64", "sender's key (0: absent)"),
-                   Column("receiver_key", "uint64", "receiver's key (0: absent)")),
+                   Column("receiver_key", "uint64", "receiver's key (0: absent)"),
+                   Column("data_len", "uint16", "data-level length of data sent with the "
+                          "third ACK (0: none)")),
     "mp_join": (Column("pkt", "int64", "packet row"), Column("backup", "bool", "backup flag"),
                 Column("addr_id", "uint8", "address id"),
                 Column("token", "uint32", "receiver's token (SYN only; 0 otherwise)"),

@@ -34,13 +34,16 @@ def dss(dsn: int | None = None, ssn: int = 0, dll: int = 0, data_ack: int | None
     return _mptcp(bytes([0x20, flags]) + body)
 
 
-def mp_capable(sender_key: int | None = None, receiver_key: int | None = None) -> tuple:
-    """MP_CAPABLE v1: SYN (no key), SYN/ACK (sender key), ACK (both keys)."""
+def mp_capable(sender_key: int | None = None, receiver_key: int | None = None,
+               data_len: int | None = None) -> tuple:
+    """MP_CAPABLE v1: SYN (no key), SYN/ACK (sender key), ACK (both keys, + data length)."""
     body = bytes([0x01, 0x81])
     if sender_key is not None:
         body += sender_key.to_bytes(8, "big")
     if receiver_key is not None:
         body += receiver_key.to_bytes(8, "big")
+    if data_len is not None:
+        body += data_len.to_bytes(2, "big")
     return _mptcp(body)
 
 

@@ -76,15 +76,15 @@ def test_corrupt_capture_writes_nothing(tmp_path):
 
 
 def test_metrics_identical_whole_and_chunked(tmp_path):
-    order = list(range(400))
-    for k in range(0, 390, 37):
+    order = list(range(200))
+    for k in range(0, 190, 17):
         order[k], order[k + 3] = order[k + 3], order[k]
-    path = write(tmp_path / "big.pcap", handshake_and_data(400, order=order, t_step=1e-4))
+    path = write(tmp_path / "big.pcap", handshake_and_data(200, order=order, t_step=1e-4))
     whole = CaptureAnalysis.of(path)
     chunked = CaptureAnalysis.of(path, chunk_bytes=1500)
     pd.testing.assert_frame_equal(whole.flow_rows, chunked.flow_rows)
     pd.testing.assert_frame_equal(whole.segments, chunked.segments)
-    assert whole.flow_rows["reordered_packets"].iloc[0] == 33  # 3 per swap (RFC 4737)
+    assert whole.flow_rows["reordered_packets"].iloc[0] == 36  # 3 per swap (RFC 4737)
 
 
 def test_run_report_has_figures_tables_spec_and_warnings(tmp_path):

@@ -67,10 +67,10 @@ def test_ipv6_timestamps_sack_and_mptcp_options(tmp_path):
 
 
 def test_chunked_reading_gives_identical_tables(tmp_path):
-    pk = handshake_and_data(300, t_step=1e-4)
+    pk = handshake_and_data(120, t_step=1e-4)
     path = write(tmp_path / "big.pcap", pk)
     whole = read_packets(path)
-    for chunk in (200, 333, 4096):
+    for chunk in (150, 1000, 4096):  # smaller than one record: the buffer grows
         part = read_packets(path, chunk_bytes=chunk)
         for k, v in whole.cols.items():
             assert np.array_equal(v, part.cols[k]), (chunk, k)

@@ -19,7 +19,19 @@ import shutil
 
 import numpy as np
 import pytest
-from craft import CLIENT, SERVER, handshake_and_data, mptcp_connection, seg, udp, write
+from craft import (
+    CLIENT,
+    CLIENT_KEY,
+    SERVER,
+    SERVER_KEY,
+    dss,
+    handshake_and_data,
+    mp_capable,
+    mptcp_connection,
+    seg,
+    udp,
+    write,
+)
 
 from analysis import tshark
 from analysis.capture import CaptureAnalysis
@@ -166,3 +178,23 @@ def test_mptcp_grouping_and_dsn_match_tshark(tmp_path):
     assert int(behind.sum()) == int(dsn["reordered"].sum()) == 2
     conn = ca.connections.iloc[0]
     assert conn["dsn_reordered_packets"] == 2 and conn["data_bytes"] == 8000
+
+
+def test_data_on_mp_capable_third_ack_matches_tshark(tmp_path):
+    # MPTCP v1 lets the first data ride on the third ACK's MP_CAPABLE (implicit mapping)
+    from analysis.flows import key_token
+
+    idsn = key_token(CLIENT_KEY)[1]
+    a, s = (CLIENT, 40000), (SERVER, 5201)
+    pk = [seg(0.00, a[0], s[0], a[1], s[1], 1000, 0, "S", options=[mp_capable()]),
+          seg(0.01, s[0], a[0], s[1], a[1], 7000, 1001, "SA", options=[mp_capable(SERVER_KEY)]),
+          seg(0.02, a[0], s[0], a[1], s[1], 1001, 7001, "PA", payload=500,
+              options=[mp_capable(CLIENT_KEY, SERVER_KEY, data_len=500)]),
+          seg(0.03, a[0], s[0], a[1], s[1], 1501, 7001, "PA", payload=700,
+              options=[dss(dsn=idsn + 501, ssn=501, dll=700)])]
+    path = write(tmp_path / "mc.pcap", pk)
+    ca = CaptureAnalysis.of(path)
+    df = _tshark(path, ("tcp.len", "mptcp.dsn"), ("mptcp.analyze_mappings:TRUE",))
+    theirs = df[df["tcp.len"].astype(int) > 0]["mptcp.dsn"].astype(int).tolist()
+    assert list(ca.dsn["dsn"] + 1) == theirs == [1, 501]
+    assert ca.connections.iloc[0]["data_bytes"] == 1200

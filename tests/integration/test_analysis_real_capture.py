@@ -1,0 +1,134 @@
+"""Cross-check analysis against tshark on real Linux captures (TCP and MPTCP over loopback).
+
+Needs root (tcpdump), tcpdump and tshark; the MPTCP case also needs net.mptcp.enabled=1.
+Traffic stays on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analysis import tshark
+from analysis.capture import CaptureAnalysis
+from testbed.commands import CommandRunner
+
+IPPROTO_MPTCP = getattr(socket, "IPPROTO_MPTCP", 262)
+NBYTES = 3_000_000
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.geteuid() != 0, reason="tcpdump needs root"),
+    pytest.mark.skipif(shutil.which("tcpdump") is None, reason="tcpdump is not installed"),
+    pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark is not installed"),
+]
+
+
+def _mptcp_enabled() -> bool:
+    try:
+        return Path("/proc/sys/net/mptcp/enabled").read_text().strip() == "1"
+    except OSError:
+        return False
+
+
+def _transfer(proto: int) -> tuple[int, int]:
+    """Send NBYTES from a client to a server on 127.0.0.1; returns (client port, server port)."""
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM, proto)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+    got = []
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        n = 0
+        while chunk := conn.recv(1 << 16):
+            n += len(chunk)
+        got.append(n)
+        conn.close()
+
+    th = threading.Thread(target=serve)
+    th.start()
+    cli = socket.socket(socket.AF_INET, socket.SOCK_STREAM, proto)
+    cli.connect(("127.0.0.1", port))
+    cport = cli.getsockname()[1]
+    cli.sendall(b"z" * NBYTES)
+    cli.close()
+    th.join(timeout=30)
+    srv.close()
+    assert got == [NBYTES]
+    return cport, port
+
+
+def _capture(tmp_path: Path, proto: int) -> tuple[Path, int, int]:
+    runner = CommandRunner()
+    pcap, log = tmp_path / "lo.pcap", tmp_path / "tcpdump.log"
+    # the port is not known before the transfer: capture loopback TCP, filter afterwards
+    proc = runner.spawn(["tcpdump", "-i", "lo", "-n", "-s", "128", "-B", "16384", "-U",
+                         "--immediate-mode", "-w", str(pcap), "tcp"], log=log)
+    try:
+        deadline = time.time() + 10
+        while "listening on" not in (log.read_text() if log.exists() else ""):
+            if time.time() > deadline or not proc.running():
+                pytest.skip(f"tcpdump did not start: {log.read_text() if log.exists() else ''}")
+            time.sleep(0.05)
+        cport, sport = _transfer(proto)
+        time.sleep(1.5)  # let tcpdump drain its ring buffer
+    finally:
+        proc.stop()
+    return pcap, cport, sport
+
+
+def _flow(ca: CaptureAnalysis, cport: int, sport: int) -> pd.Series:
+    r = ca.flow_rows
+    return r[(r["sport"] == cport) & (r["dport"] == sport)].iloc[0]
+
+
+def _tshark_checks(pcap: Path, row: pd.Series, cport: int) -> pd.DataFrame:
+    runner = CommandRunner()
+    filt = f"tcp.port == {cport}"
+    fields = ("tcp.srcport", "frame.len", "tcp.len", "tcp.analysis.retransmission",
+              "tcp.analysis.out_of_order", "mptcp.dsn")
+    df = tshark.parse_fields(runner.run(tshark.fields_argv(
+        pcap, fields, ("mptcp.analyze_mappings:TRUE",), filt), timeout=300).stdout, fields)
+    fwd = df["tcp.srcport"].astype(int) == cport
+    assert (row.frames_fwd, row.frames_rev) == (int(fwd.sum()), int((~fwd).sum()))
+    assert row.frame_bytes_fwd == df.loc[fwd, "frame.len"].astype(int).sum()
+    assert row.frame_bytes_rev == df.loc[~fwd, "frame.len"].astype(int).sum()
+    assert row.retransmissions == int((df["tcp.analysis.retransmission"] != "").sum())
+    assert row.reordered_packets == int((df["tcp.analysis.out_of_order"] != "").sum())
+    return df
+
+
+def test_tcp_loopback_capture_matches_tshark(tmp_path):
+    pcap, cport, sport = _capture(tmp_path, socket.IPPROTO_TCP)
+    ca = CaptureAnalysis.of(pcap)
+    row = _flow(ca, cport, sport)
+    assert row.bytes == NBYTES and row.syn_seen and row.fct_s > 0
+    _tshark_checks(pcap, row, cport)
+    chunked = CaptureAnalysis.of(pcap, chunk_bytes=4096)
+    pd.testing.assert_frame_equal(ca.flow_rows, chunked.flow_rows)
+
+
+@pytest.mark.skipif(not _mptcp_enabled(), reason="MPTCP is off (sysctl net.mptcp.enabled)")
+def test_mptcp_loopback_capture_dsn_matches_tshark(tmp_path):
+    pcap, cport, sport = _capture(tmp_path, IPPROTO_MPTCP)
+    ca = CaptureAnalysis.of(pcap)
+    row = _flow(ca, cport, sport)
+    if row.mptcp_token == "":
+        pytest.skip("the kernel fell back to plain TCP on loopback")
+    df = _tshark_checks(pcap, row, cport)
+    data = df[(df["tcp.srcport"].astype(int) == cport) & (df["tcp.len"].astype(int) > 0)]
+    dsn = ca.dsn[ca.dsn["token"] == row.mptcp_token].sort_values("ts")
+    assert list(data["mptcp.dsn"].astype(int)) == list(dsn["dsn"] + 1)
+    conn = ca.connections[ca.connections["token"] == row.mptcp_token].iloc[0]
+    assert conn["data_bytes"] == NBYTES
+    assert conn["dsn_reordered_packets"] == 0
