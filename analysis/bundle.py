@@ -28,10 +28,15 @@ FLOW_COLUMNS = ["flow_id", "capture", "capture_receiver", "protocol", "proto", "
                 "mptcp_token", "mptcp_role", "src_addr", "sport", "dst_addr", "dport",
                 "syn_seen", "packets", "frames_fwd", "frame_bytes_fwd", "frames_rev",
                 "frame_bytes_rev", "bytes", "start", "end", "fct_s", "throughput_bps",
-                "retransmissions", "reordered_packets", "reorder_ratio", "reorder_extent_max",
+                "data_packets", "retransmissions", "reordered_packets", "reorder_ratio",
+                "reorder_extent_max",
                 "loss_estimate", "rtt_ms_median", "workload", "app_fct_s"]
-TIMESERIES_COLUMNS = ["kind", "key", "capture", "t", "t_rel", "bytes", "rate_bps"]
-REORDER_FIELDS = ["reordered_packets", "reorder_ratio", "reorder_extent_max"]
+TIMESERIES_COLUMNS = ["kind", "key", "capture", "t", "t_rel", "bin_s", "bytes", "rate_bps",
+                      "goodput_bps"]
+RTT_COLUMNS = ["flow_id", "capture", "t", "rtt_ms"]
+LONG_FLOW_BYTES = 1_000_000   # headline: "long" flows carry at least this much
+SHORT_FLOW_BYTES = 100_000    # ... and "short" flows less than this
+REORDER_FIELDS = ["data_packets", "reordered_packets", "reorder_ratio", "reorder_extent_max"]
 DEFAULT_BIN_S = 0.1
 
 
@@ -135,6 +140,7 @@ def build_tables(caps: list[CaptureAnalysis], meta: dict, appflows: pd.DataFrame
             "reordered_packets": int(r["dsn_reordered_packets"]),
             "reorder_ratio": float(r["dsn_reorder_ratio"]),
             "reorder_extent_max": int(r["dsn_reorder_extent_max"]),
+            "data_packets": int(r["data_packets"]),
             "loss_estimate": float(sub["loss_estimate"].mean()),
             "rtt_ms_median": float(sub["rtt_ms_median"].median())})
     flows = pd.concat([base, pd.DataFrame(conn_rows)], ignore_index=True) if conn_rows else base
@@ -172,6 +178,7 @@ def _timeseries(caps: list[CaptureAnalysis], base: pd.DataFrame, meta: dict, t0:
     seen_paths: set[str] = set()
     for c in caps:
         ts = c.table.cols["ts_ns"]
+        good = c.goodput_bytes()
         rows, flow, payload = c.data_bytes_per_packet()
         ids = c.flow_rows["flow_id"].to_numpy()[flow]
         mine = np.array([chosen.get(i) == c.name for i in ids], bool)
@@ -180,39 +187,58 @@ def _timeseries(caps: list[CaptureAnalysis], base: pd.DataFrame, meta: dict, t0:
         for kind in ("flow", "subflow"):
             s = kinds == kind
             if s.any():
-                parts.append(M.throughput_series(ts[rows[s]], payload[s], ids[s], bin_s, t0)
+                parts.append(M.throughput_series(ts[rows[s]], payload[s], ids[s], bin_s, t0,
+                                                 good[rows[s]])
                              .assign(kind=kind, capture=c.name))
         par = np.array([parent.get(i, "") for i in ids], object)
         s = par != ""
         if s.any():
-            parts.append(M.throughput_series(ts[rows[s]], payload[s], par[s], bin_s, t0)
+            parts.append(M.throughput_series(ts[rows[s]], payload[s], par[s], bin_s, t0,
+                                             good[rows[s]])
                          .assign(kind="connection", capture=c.name))
         allp = c.table.cols["payload"].astype(np.int64)
         ip = np.flatnonzero(c.table.cols["ip_ver"] > 0)
-        parts.append(M.throughput_series(ts[ip], allp[ip], np.full(len(ip), c.name, object),
-                                         bin_s, t0).assign(kind="iface", capture=c.name))
+        keys = [("iface", c.name)]
         path = path_of.get(c.name)
         if path and path not in seen_paths:  # one capture per path: the first by name
             seen_paths.add(path)
-            parts.append(M.throughput_series(ts[ip], allp[ip], np.full(len(ip), path, object),
-                                             bin_s, t0).assign(kind="path", capture=c.name))
+            keys.append(("path", path))
+        for kind, key in keys:
+            parts.append(M.throughput_series(ts[ip], allp[ip], np.full(len(ip), key, object),
+                                             bin_s, t0, good[ip])
+                         .assign(kind=kind, capture=c.name))
     if not parts:
         return pd.DataFrame({k: [] for k in TIMESERIES_COLUMNS})
     return pd.concat(parts, ignore_index=True)[TIMESERIES_COLUMNS]
 
 
 def headline(flows: pd.DataFrame) -> dict:
-    """Headline numbers of a run (for summary.parquet): totals and means over flows."""
+    """Headline numbers of a run (for summary.parquet) over its top-level flows.
+
+    flows, bytes, throughput_bps_mean, fct_s_median, retransmissions, reorder_ratio_mean
+    (mean over flows), ooo_percent (reordered / unique data packets over all flows, in %),
+    and for P1-style mixes long_throughput_bps_mean (flows >= LONG_FLOW_BYTES) and
+    short_fct_s_mean (flows < SHORT_FLOW_BYTES).
+    """
     top = flows[flows["parent"].fillna("") == ""]
-    def num(s):
+    nbytes = pd.to_numeric(top["bytes"], errors="coerce").fillna(0)
+
+    def mean(s: pd.Series) -> float:
         v = pd.to_numeric(s, errors="coerce")
         return float(v.mean()) if v.notna().any() else float("nan")
-    return {"flows": len(top), "bytes": int(pd.to_numeric(top["bytes"]).sum()),
-            "throughput_bps_mean": num(top["throughput_bps"]),
+
+    reord = pd.to_numeric(top["reordered_packets"], errors="coerce").fillna(0)
+    uniq = pd.to_numeric(top["data_packets"], errors="coerce").fillna(0)
+    return {"flows": len(top), "bytes": int(nbytes.sum()),
+            "throughput_bps_mean": mean(top["throughput_bps"]),
             "fct_s_median": float(pd.to_numeric(top["fct_s"], errors="coerce").median())
             if len(top) else float("nan"),
             "retransmissions": int(pd.to_numeric(flows["retransmissions"]).fillna(0).sum()),
-            "reorder_ratio_mean": num(top["reorder_ratio"])}
+            "reorder_ratio_mean": mean(top["reorder_ratio"]),
+            "ooo_percent": 100.0 * float(reord.sum()) / float(uniq.sum()) if uniq.sum() else 0.0,
+            "long_throughput_bps_mean": mean(top.loc[nbytes >= LONG_FLOW_BYTES,
+                                                     "throughput_bps"]),
+            "short_fct_s_mean": mean(top.loc[nbytes < SHORT_FLOW_BYTES, "fct_s"])}
 
 
 def analyze_bundle(run_dir: str | Path, bin_s: float = DEFAULT_BIN_S,
@@ -228,6 +254,8 @@ def analyze_bundle(run_dir: str | Path, bin_s: float = DEFAULT_BIN_S,
     caps = [CaptureAnalysis.of(p, chunk_bytes) for p in captures_of(run)]
     app = S.read_jsonl(run / "samples" / "flows.jsonl", S.APPFLOW_COLUMNS)
     tables = build_tables(caps, meta, app, bin_s)
+    rtt = pd.concat([c.rtt() for c in caps], ignore_index=True) if caps else \
+        pd.DataFrame({k: [] for k in RTT_COLUMNS})
     t0 = meta.get("t0")
     cwnd = S.read_jsonl(run / "samples" / "cwnd.jsonl", S.CWND_COLUMNS)
     ping = S.read_jsonl(run / "samples" / "ping.jsonl", S.PING_COLUMNS)
@@ -238,7 +266,7 @@ def analyze_bundle(run_dir: str | Path, bin_s: float = DEFAULT_BIN_S,
         events["t_rel"] = events["t_applied"] - float(t0)
     out = run / "metrics"
     for name, df in (("flows", tables["flows"]), ("timeseries", tables["timeseries"]),
-                     ("cwnd", cwnd), ("ping", ping), ("events", events)):
+                     ("cwnd", cwnd), ("ping", ping), ("events", events), ("rtt", rtt)):
         S.write_parquet(df, out / f"{name}.parquet")
     head = headline(tables["flows"])
     head["captures"] = len(caps)

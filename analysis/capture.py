@@ -63,3 +63,19 @@ class CaptureAnalysis:
         sel = np.flatnonzero(f >= 0)
         sel = sel[self.flows.pkt_dir[sel] == ddir[f[sel]]]
         return sel, f[sel], c["payload"][sel].astype(np.int64)
+
+    def goodput_bytes(self) -> np.ndarray:
+        """Payload per packet row, 0 for retransmitted TCP segments."""
+        good = self.table.cols["payload"].astype(np.int64)
+        rt = self.segments["row"].to_numpy()[self.segments["retrans"].to_numpy()]
+        good[rt] = 0
+        return good
+
+    def rtt(self) -> pd.DataFrame:
+        """RTT samples at this capture: flow_id, capture, t (s), rtt_ms."""
+        ddir = self.flow_rows["data_dir"].to_numpy().astype(np.int64)
+        r = M.rtt_samples(self.segments, ddir)
+        ids = self.flow_rows["flow_id"].to_numpy()
+        return pd.DataFrame({"flow_id": ids[r["flow"].to_numpy().astype(np.int64)],
+                             "capture": self.name, "t": r["t"].to_numpy(float),
+                             "rtt_ms": r["rtt_ms"].to_numpy(float)})

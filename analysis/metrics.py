@@ -220,6 +220,7 @@ def flow_table(tbl: T.PacketTable, fl: Flows, seg: pd.DataFrame | None = None) -
     out["fct_s"] = np.where(out["proto"].to_numpy() == "tcp", fct, np.nan)
     with np.errstate(divide="ignore", invalid="ignore"):
         out["throughput_bps"] = np.where(fct > 0, nbytes * 8 / fct, np.nan)
+        out["data_packets"] = uniq
         out["retransmissions"] = retr
         out["reordered_packets"] = reord
         out["reorder_ratio"] = np.where(uniq > 0, reord / np.maximum(uniq, 1), 0.0)
@@ -344,7 +345,7 @@ def dsn_analysis(tbl: T.PacketTable, fl: Flows, seg: pd.DataFrame, ddir: np.ndar
 
 def connection_table(dsn: pd.DataFrame, flows: pd.DataFrame) -> pd.DataFrame:
     """One row per MPTCP connection: subflows, data bytes, data-level reordering."""
-    cols = ["token", "subflows", "data_bytes", "start", "end", "reinjections",
+    cols = ["token", "subflows", "data_bytes", "start", "end", "data_packets", "reinjections",
             "dsn_reordered_packets", "dsn_reorder_ratio", "dsn_reorder_extent_max"]
     if not len(dsn):
         return pd.DataFrame({k: [] for k in cols})
@@ -355,6 +356,7 @@ def connection_table(dsn: pd.DataFrame, flows: pd.DataFrame) -> pd.DataFrame:
         "subflows": sub.reindex(g.size().index).fillna(0).astype(int),
         "data_bytes": g["end"].max() - g["dsn"].min(),
         "start": g["ts"].min() / 1e9, "end": g["ts"].max() / 1e9,
+        "data_packets": uniq,
         "reinjections": g["reinjected"].sum(),
         "dsn_reordered_packets": g["reordered"].sum(),
         "dsn_reorder_ratio": g["reordered"].sum() / uniq.clip(lower=1),
@@ -362,26 +364,35 @@ def connection_table(dsn: pd.DataFrame, flows: pd.DataFrame) -> pd.DataFrame:
     return out[cols]
 
 
-def throughput_series(ts_ns: np.ndarray, nbytes: np.ndarray, keys: np.ndarray, bin_s: float,
-                      t0: float) -> pd.DataFrame:
-    """Bytes and bit rate per key per time bin.
+SERIES_COLUMNS = ["key", "t", "t_rel", "bin_s", "bytes", "rate_bps", "goodput_bps"]
 
-    ts_ns: packet times; nbytes: bytes to count per packet; keys: series key per packet;
-    bin_s: bin width (s); t0: time origin (s, epoch).  Columns: key, t (bin start, epoch s),
-    t_rel (s since t0), bytes, rate_bps.  Empty bins between a key's first and last are 0.
+
+def throughput_series(ts_ns: np.ndarray, nbytes: np.ndarray, keys: np.ndarray, bin_s: float,
+                      t0: float, good: np.ndarray | None = None) -> pd.DataFrame:
+    """Throughput and goodput per key per time bin.
+
+    ts_ns: packet times; nbytes: payload bytes per packet; keys: series key per packet;
+    bin_s: bin width (s); t0: time origin (s, epoch); good: bytes per packet that count as
+    goodput (default: all; pass 0 for retransmissions).  Columns: key, t (bin start, epoch
+    s), t_rel (s since t0), bin_s, bytes, rate_bps, goodput_bps.  Bins between a key's first and
+    last are present with 0.
     """
     if not len(ts_ns):
-        return pd.DataFrame({"key": [], "t": [], "t_rel": [], "bytes": [], "rate_bps": []})
+        return pd.DataFrame({k: [] for k in SERIES_COLUMNS})
     b = np.floor((ts_ns / 1e9 - t0) / bin_s).astype(np.int64)
-    df = pd.DataFrame({"key": keys, "bin": b, "bytes": nbytes})
-    s = df.groupby(["key", "bin"])["bytes"].sum()
+    df = pd.DataFrame({"key": keys, "bin": b, "bytes": nbytes,
+                       "good": nbytes if good is None else good})
+    s = df.groupby(["key", "bin"])[["bytes", "good"]].sum()
     parts = []
     for key, sub in s.groupby(level=0):
         bins = sub.index.get_level_values(1)
         full = sub.droplevel(0).reindex(range(bins.min(), bins.max() + 1), fill_value=0)
-        parts.append(pd.DataFrame({"key": key, "bin": full.index, "bytes": full.to_numpy()}))
+        parts.append(pd.DataFrame({"key": key, "bin": full.index, "bytes": full["bytes"],
+                                   "good": full["good"]}))
     out = pd.concat(parts, ignore_index=True)
     out["t_rel"] = out["bin"] * bin_s
     out["t"] = t0 + out["t_rel"]
+    out["bin_s"] = float(bin_s)
     out["rate_bps"] = out["bytes"] * 8 / bin_s
-    return out[["key", "t", "t_rel", "bytes", "rate_bps"]]
+    out["goodput_bps"] = out["good"] * 8 / bin_s
+    return out[SERIES_COLUMNS]

@@ -28,11 +28,14 @@ METRIC_LABELS = {
     "reorder_ratio_mean": ("out-of-order packets", "%", 100.0),
     "retransmissions": ("retransmissions", "packets", 1.0),
     "bytes": ("bytes delivered", "MB", 1e-6),
+    "ooo_percent": ("out-of-order packets (all data)", "%", 1.0),
+    "long_throughput_bps_mean": ("long-flow throughput", "Mbit/s", 1e-6),
+    "short_fct_s_mean": ("short-flow FCT", "ms", 1e3),
 }
 
 
 def _fig(title: str) -> tuple[Figure, plt.Axes]:
-    fig = Figure(figsize=(7.5, 3.8), dpi=100)
+    fig = Figure(figsize=(7.5, 3.8), dpi=100, layout="constrained")
     ax = fig.add_subplot()
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
@@ -49,7 +52,10 @@ def throughput_figure(ts: pd.DataFrame, kind: str = "path", events: pd.DataFrame
     fig, ax = _fig(title or f"Throughput per {kind}")
     sub = ts[ts["kind"] == kind]
     for key, g in sub.groupby("key"):
-        ax.step(g["t_rel"], g["rate_bps"] / 1e6, where="post", label=str(key))
+        g = g.sort_values("t_rel")
+        width = float(g["bin_s"].iloc[0]) if "bin_s" in g else 0.1
+        edges = np.r_[g["t_rel"].to_numpy(float), float(g["t_rel"].iloc[-1]) + width]
+        ax.stairs(g["rate_bps"].to_numpy(float) / 1e6, edges, label=str(key), lw=1.3)
     if events is not None and len(events):
         tcol = "t_rel" if "t_rel" in events else "t_applied"
         for _, e in events.iterrows():
@@ -110,7 +116,9 @@ def fct_cdf_figure(flows: pd.DataFrame) -> Figure:
     top = flows[flows["parent"].fillna("") == ""]
     fct = np.sort(pd.to_numeric(top["fct_s"], errors="coerce").dropna().to_numpy()) * 1e3
     if len(fct):
-        ax.step(fct, np.arange(1, len(fct) + 1) / len(fct), where="post")
+        y = np.arange(1, len(fct) + 1) / len(fct)
+        ax.step(np.r_[fct[0], fct], np.r_[0.0, y], where="post")
+        ax.plot(fct, y, "o", ms=3)
     ax.set_xlabel("flow completion time (ms)")
     ax.set_ylabel("fraction of flows (CDF)")
     ax.set_ylim(0, 1.02)
@@ -120,20 +128,24 @@ def fct_cdf_figure(flows: pd.DataFrame) -> Figure:
 def to_svg(fig: Figure) -> str:
     """The figure as an inline SVG document (text)."""
     buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight")
+    fig.savefig(buf, format="svg")
     return buf.getvalue()
 
 
 def to_png(fig: Figure) -> bytes:
     """The figure as PNG bytes."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", bbox_inches="tight")
+    fig.savefig(buf, format="png")
     return buf.getvalue()
 
 
-def save(fig: Figure, base: Path) -> list[Path]:
-    """Write base.png and base.svg atomically; returns both paths."""
+def save(fig: Figure, base: Path, svg_text: str | None = None) -> list[Path]:
+    """Write base.png and base.svg atomically; returns both paths.
+
+    svg_text: the figure's SVG if already rendered (saves rendering it twice).
+    """
     png, svg = base.with_suffix(".png"), base.with_suffix(".svg")
     write_atomic(png, lambda p: p.write_bytes(to_png(fig)))
-    write_atomic(svg, lambda p: p.write_text(to_svg(fig), encoding="utf-8"))
+    text = svg_text if svg_text is not None else to_svg(fig)
+    write_atomic(svg, lambda p: p.write_text(text, encoding="utf-8"))
     return [png, svg]

@@ -47,7 +47,8 @@ class ReportInputError(InputError):
 class ReportContext:
     """What sections see. root: the directory; kind: "run" or "sweep"; tables: loaded
     metrics (run) or {"summary": ...} (sweep); meta: metadata.json; spec_text: spec.toml;
-    warnings: messages sections may append to; paper: paper.toml values."""
+    warnings: messages sections may append to; paper: paper.toml values; figure_dir: where
+    figures are also saved as PNG + SVG (None: not saved)."""
 
     root: Path
     kind: str
@@ -56,6 +57,7 @@ class ReportContext:
     spec_text: str = ""
     warnings: list[str] = field(default_factory=list)
     paper: list[dict] = field(default_factory=list)
+    figure_dir: Path | None = None
 
     def spec(self) -> dict:
         """The parsed spec ({} when absent or unreadable)."""
@@ -78,10 +80,14 @@ def _table(df: pd.DataFrame, max_rows: int = 200) -> str:
                                      float_format=lambda v: f"{v:.6g}") + more
 
 
-def _figure(fig, caption: str) -> str:
+def _figure(ctx: ReportContext, fig, name: str, caption: str) -> str:
+    """Embed fig as inline SVG; also save it as DIR/figures/<name>.png and .svg."""
     svg = plots.to_svg(fig)
+    if ctx.figure_dir is not None:
+        plots.save(fig, ctx.figure_dir / name, svg)
     svg = svg[svg.find("<svg"):]
-    return f'<figure class="fig">{svg}<figcaption>{_esc(caption)}</figcaption></figure>'
+    return f'<figure class="fig" id="fig-{_esc(name)}">{svg}' \
+           f'<figcaption>{_esc(caption)}</figcaption></figure>'
 
 
 # ---- run sections ---------------------------------------------------------------------
@@ -111,15 +117,18 @@ def figures_section(ctx: ReportContext) -> str:
     if ts is not None and len(ts):
         for kind in ("path", "subflow", "flow"):
             if (ts["kind"] == kind).any():
-                out.append(_figure(plots.throughput_figure(ts, kind, ev),
+                out.append(_figure(ctx, plots.throughput_figure(ts, kind, ev),
+                                   f"throughput-{kind}",
                                    f"Throughput per {kind} (bins of the timeseries table); "
                                    "dashed lines: schedule events."))
     cw = ctx.tables.get("cwnd")
     if cw is not None and len(cw):
-        out.append(_figure(plots.cwnd_figure(cw, ctx.meta.get("t0")), "cwnd per subflow (ss)."))
+        out.append(_figure(ctx, plots.cwnd_figure(cw, ctx.meta.get("t0")), "cwnd",
+                           "Congestion window per subflow (sampled with ss)."))
     fl = ctx.tables.get("flows")
     if fl is not None and len(fl) and pd.to_numeric(fl["fct_s"], errors="coerce").notna().any():
-        out.append(_figure(plots.fct_cdf_figure(fl), "CDF of flow completion times."))
+        out.append(_figure(ctx, plots.fct_cdf_figure(fl), "fct-cdf",
+                           "CDF of flow completion times."))
     return "<h2>Figures</h2>" + "".join(out) if out else ""
 
 
@@ -130,7 +139,7 @@ def flows_section(ctx: ReportContext) -> str:
         return ""
     cols = ["flow_id", "protocol", "parent", "bytes", "fct_s", "throughput_bps",
             "retransmissions", "reordered_packets", "reorder_ratio", "rtt_ms_median", "workload"]
-    return "<h2>Flows</h2>" + _table(fl[[c for c in cols if c in fl]])
+    return "<h2>Flows</h2>" + _table(fl[[c for c in cols if c in fl]].fillna(""))
 
 
 def rate_warnings(ctx: ReportContext) -> None:
@@ -232,7 +241,8 @@ def sweep_section(ctx: ReportContext) -> str:
         order = sorted(s[p].dropna().unique(), key=_order_key)
         for m in metrics:
             data = s.assign(**{m: pd.to_numeric(s[m], errors="coerce")})
-            out.append(_figure(plots.sweep_figure(data, p, m, others or None, order),
+            out.append(_figure(ctx, plots.sweep_figure(data, p, m, others or None, order),
+                               f"{m}-vs-{p}",
                                f"{m} vs {p}: mean and standard deviation over repetitions; "
                                f"one line per {', '.join(others) or 'run set'}."))
     cols = ["run_id", "status", "repetition", *params, *metrics]
@@ -308,6 +318,7 @@ def write_report(directory: str | Path, extra_sections: Sequence[Section] = (),
     if not root.is_dir():
         raise ReportInputError(f"{root}: no such directory; pass a run or sweep directory")
     ctx = _context(root)
+    ctx.figure_dir = root / "figures"
     pp = Path(paper) if paper else root / "paper.toml"
     if paper and not pp.is_file():
         raise ReportInputError(f"{pp}: no such paper values file")

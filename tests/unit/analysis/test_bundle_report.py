@@ -42,6 +42,7 @@ def test_analyze_bundle_writes_every_table(tmp_path):
     run = _run_dir(tmp_path)
     head = bundle.analyze_bundle(run)
     assert head["flows"] == 1 and head["bytes"] == 8000 and head["captures"] == 1
+    assert head["ooo_percent"] == pytest.approx(25.0)  # 2 of 8 at the data level
     flows = pd.read_parquet(run / "metrics" / "flows.parquet")
     assert list(flows.columns) == bundle.FLOW_COLUMNS
     conn = flows[flows["protocol"] == "mptcp"].iloc[0]
@@ -53,6 +54,19 @@ def test_analyze_bundle_writes_every_table(tmp_path):
     cwnd = pd.read_parquet(run / "metrics" / "cwnd.parquet")
     assert len(cwnd) == 5 and cwnd["t_rel"].iloc[1] == pytest.approx(0.01)
     assert pd.read_parquet(run / "metrics" / "events.parquet")["changes"][0] == '{"down": true}'
+    assert list(pd.read_parquet(run / "metrics" / "rtt.parquet").columns) == bundle.RTT_COLUMNS
+
+
+def test_goodput_excludes_retransmissions(tmp_path):
+    run = tmp_path / "r"
+    (run / "pcap").mkdir(parents=True)
+    write(run / "pcap" / "client-eth0.pcap",
+          handshake_and_data(6, order=[0, 1, 2, 3, 2, 4, 5], t_step=0.001))
+    head = bundle.analyze_bundle(run, bin_s=1.0)
+    assert head["retransmissions"] == 1
+    ts = pd.read_parquet(run / "metrics" / "timeseries.parquet")
+    flow = ts[ts["kind"] == "flow"].iloc[0]
+    assert flow["rate_bps"] == 7000 * 8 and flow["goodput_bps"] == 6000 * 8
 
 
 def test_missing_inputs_give_empty_tables_with_columns(tmp_path):
@@ -97,6 +111,8 @@ def test_run_report_has_figures_tables_spec_and_warnings(tmp_path):
     assert page.count("<svg") >= 3 and "throughput (Mbit/s)" in page and "cwnd" in page
     assert "multipath" in page and "mptcp-subflow" in page
     assert "below 50% of the configured 10Mbit" in page  # 8 kB in 0.1 s bins
+    assert (run / "figures" / "throughput-path.png").is_file()
+    assert (run / "figures" / "throughput-path.svg").is_file()
     assert (run / "metrics" / "flows.parquet").is_file()
 
 
