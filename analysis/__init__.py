@@ -1,0 +1,35 @@
+"""Analysis: captures -> packet tables -> flows -> metrics -> plots -> report.
+
+Modules, in data-flow order::
+
+    pcap.py     read_packets(path) -> PacketTable   (pcap / pcapng, chunked, vectorised)
+    decode.py   link (Ethernet, SLL, SLL2, raw, loopback) / IPv4 / IPv6 / TCP / UDP / options
+    table.py    the column registry of the packet table and its side tables
+    flows.py    find_flows(table): TCP connections, UDP flows, MPTCP grouping by token
+    metrics.py  sequence analysis, reordering (RFC 4737), FCT, RTT, DSN level, time series
+    capture.py  CaptureAnalysis.of(path): all of the above for one capture
+    bundle.py   analyze_bundle(run_dir) -> headline dict; writes RUN/metrics/*.parquet
+    samples.py  samples/*.jsonl -> fixed-schema tables; atomic file writes
+    plots.py    matplotlib figures (PNG + SVG)
+    report.py   write_report(dir) -> report.html for a run or a sweep (pluggable sections)
+    tshark.py   tshark argv builders and parsers (reference for tests and the benchmark)
+    cli.py      `testbed analyze PCAP... [--out DIR]`, `testbed report DIR`
+
+Command line::
+
+    testbed analyze run/pcap/*.pcap --out /tmp/a     # per-flow table + parquet
+    testbed report RUN_OR_SWEEP_DIR [--paper paper.toml]
+
+Where analysis deliberately differs from tshark's ``tcp.analysis`` flags (tests in
+``tests/unit/analysis/test_tshark_crosscheck.py`` pin each case): tshark decides
+"retransmission" vs "out-of-order" from timing (the first RTT as threshold); analysis uses
+the sequence numbers already seen and the sender's TCP timestamps.  So a retransmission that
+arrives quickly is a retransmission here (tshark: out-of-order, Wireshark issue 13863) and a
+segment the network delayed longer than one RTT is reordered here (tshark: retransmission).
+Without TCP timestamps a segment below the highest sequence number whose start was not
+seen before counts as reordered.  tshark's relative ``mptcp.dsn`` starts at 1, ours at 0.
+
+Limits: MPTCP subflows are grouped only when the connection's MP_CAPABLE keys (or a join's
+token matching them) were captured; the packet table (about 80 bytes per packet) must fit in
+memory, the capture itself need not.
+"""

@@ -139,7 +139,10 @@ def flows_section(ctx: ReportContext) -> str:
         return ""
     cols = ["flow_id", "protocol", "parent", "bytes", "fct_s", "throughput_bps",
             "retransmissions", "reordered_packets", "reorder_ratio", "rtt_ms_median", "workload"]
-    return "<h2>Flows</h2>" + _table(fl[[c for c in cols if c in fl]].fillna(""))
+    t = fl[[c for c in cols if c in fl]].copy()
+    for c in t.select_dtypes(include="object").columns:
+        t[c] = t[c].fillna("")
+    return "<h2>Flows</h2>" + _table(t)
 
 
 def rate_warnings(ctx: ReportContext) -> None:
