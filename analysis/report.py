@@ -140,8 +140,9 @@ def flows_section(ctx: ReportContext) -> str:
     cols = ["flow_id", "protocol", "parent", "bytes", "fct_s", "throughput_bps",
             "retransmissions", "reordered_packets", "reorder_ratio", "rtt_ms_median", "workload"]
     t = fl[[c for c in cols if c in fl]].copy()
-    for c in t.select_dtypes(include="object").columns:
-        t[c] = t[c].fillna("")
+    for c in t.columns:
+        if not pd.api.types.is_numeric_dtype(t[c]):
+            t[c] = t[c].fillna("")
     return "<h2>Flows</h2>" + _table(t)
 
 
