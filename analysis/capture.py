@@ -18,9 +18,13 @@ FLOW_ID_COLUMNS = ["proto", "src_addr", "sport", "dst_addr", "dport"]
 
 
 def flow_ids(flows: pd.DataFrame) -> pd.Series:
-    """Stable text id of each flow: ``tcp:SRC:SPORT>DST:DPORT`` (initiator first)."""
-    return (flows["proto"] + ":" + flows["src_addr"] + ":" + flows["sport"].astype(str) + ">"
+    """Stable text id of each flow: ``tcp:SRC:SPORT>DST:DPORT`` (initiator first), with
+    ``#2``, ``#3``... for later connections that reuse the same 4-tuple (by start time)."""
+    base = (flows["proto"] + ":" + flows["src_addr"] + ":" + flows["sport"].astype(str) + ">"
             + flows["dst_addr"] + ":" + flows["dport"].astype(str))
+    nth = flows.assign(_b=base).sort_values("start", kind="stable").groupby("_b").cumcount()
+    nth = nth.reindex(flows.index)
+    return base.where(nth == 0, base + "#" + (nth + 1).astype(str))
 
 
 @dataclass

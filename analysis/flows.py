@@ -63,17 +63,12 @@ def find_flows(tbl: T.PacketTable) -> Flows:
     tid, sy, sq = tuple_id[order], syn[order], c["seq"][rows][order]
     syn_idx = np.flatnonzero(sy)
     new = np.zeros(len(order), bool)
-    if len(syn_idx):
+    if len(tid):
+        new = np.r_[True, tid[1:] != tid[:-1]]  # each 4-tuple starts a flow
+    if len(syn_idx):  # ... and so does a SYN that is not a retransmission of the last one
         prev_same = np.r_[False, tid[syn_idx[1:]] == tid[syn_idx[:-1]]]
         prev_seq = np.r_[0, sq[syn_idx[:-1]]]
-        first_syn_of_tuple = ~prev_same
-        new[syn_idx] = ~(prev_same & (prev_seq == sq[syn_idx]))
-        # the first SYN of a tuple starts a new flow only if packets came before it
-        starts_tuple = np.r_[True, tid[1:] != tid[:-1]]
-        new[syn_idx[first_syn_of_tuple]] = False
-        new |= starts_tuple
-    else:
-        new = np.r_[True, tid[1:] != tid[:-1]] if len(tid) else new
+        new[syn_idx] |= ~(prev_same & (prev_seq == sq[syn_idx]))
     flow_sorted = np.cumsum(new) - 1
     pkt_flow = np.full(n, -1, np.int64)
     pkt_flow[rows[order]] = flow_sorted

@@ -110,18 +110,18 @@ def write(path: Path, packets: list, fmt: str = "pcap", snaplen: int = 128,
 
 
 def handshake_and_data(n: int = 10, mss: int = 1000, order: list[int] | None = None,
-                       t_step: float = 0.001) -> list:
+                       t_step: float = 0.001, isn: int = 100, t0: float = 0.0) -> list:
     """A TCP connection: SYN, SYN/ACK, ACK, then n data segments in `order`, ACKs, FIN."""
     c, s = (CLIENT, 40000), (SERVER, 5201)
-    pk = [seg(0.0, c[0], s[0], c[1], s[1], 100, 0, "S",
+    pk = [seg(t0, c[0], s[0], c[1], s[1], isn, 0, "S",
               options=[("MSS", 1460), ("WScale", 7), ("SAckOK", b"")]),
-          seg(0.01, s[0], c[0], s[1], c[1], 500, 101, "SA", options=[("MSS", 1460)]),
-          seg(0.02, c[0], s[0], c[1], s[1], 101, 501, "A")]
-    t = 0.03
+          seg(t0 + 0.01, s[0], c[0], s[1], c[1], 500, isn + 1, "SA", options=[("MSS", 1460)]),
+          seg(t0 + 0.02, c[0], s[0], c[1], s[1], isn + 1, 501, "A")]
+    t = t0 + 0.03
     for k in order if order is not None else range(n):
-        pk.append(seg(t, c[0], s[0], c[1], s[1], 101 + k * mss, 501, "PA", payload=mss))
+        pk.append(seg(t, c[0], s[0], c[1], s[1], isn + 1 + k * mss, 501, "PA", payload=mss))
         t += t_step
-    end = 101 + n * mss
+    end = isn + 1 + n * mss
     pk.append(seg(t, s[0], c[0], s[1], c[1], 501, end, "A"))
     pk.append(seg(t + 0.001, c[0], s[0], c[1], s[1], end, 501, "FA"))
     pk.append(seg(t + 0.002, s[0], c[0], s[1], c[1], 501, end + 1, "FA"))

@@ -101,6 +101,19 @@ def test_metrics_identical_whole_and_chunked(tmp_path):
     assert whole.flow_rows["reordered_packets"].iloc[0] == 36  # 3 per swap (RFC 4737)
 
 
+def test_port_reuse_splits_connections_and_syn_retransmission_does_not(tmp_path):
+    first = handshake_and_data(3)
+    resent_syn = first[0].copy()
+    resent_syn.time += 0.005
+    again = handshake_and_data(2, isn=90_000, t0=1.0)
+    ca = CaptureAnalysis.of(write(tmp_path / "p.pcap", [first[0], resent_syn, *first[1:],
+                                                         *again]))
+    rows = ca.flow_rows
+    assert list(rows["bytes"]) == [3000, 2000] and list(rows["packets"]) == [11, 9]
+    assert list(rows["flow_id"]) == ["tcp:10.0.1.1:40000>10.0.0.2:5201",
+                                     "tcp:10.0.1.1:40000>10.0.0.2:5201#2"]
+
+
 def test_run_report_has_figures_tables_spec_and_warnings(tmp_path):
     run = _run_dir(tmp_path)
     seen = []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 from craft import (
@@ -20,6 +22,7 @@ from craft import (
 
 from analysis import table as T
 from analysis.pcap import read_packets
+from testbed.commands import CommandRunner
 from testbed.errors import CaptureFormatError
 
 
@@ -106,3 +109,42 @@ def test_ts_high_bits_change_midway(tmp_path):
     pk = [seg(base - 0.5 + k * 0.1, CLIENT, SERVER, 1, 2, k) for k in range(10)]
     t = read_packets(write(tmp_path / "b.pcap", pk))
     assert list(t.cols["seq"]) == list(range(10))
+
+
+@pytest.mark.skipif(shutil.which("mergecap") is None, reason="mergecap (tshark's package) "
+                    "is not installed")
+def test_wireshark_pcapng_with_two_link_types(tmp_path, pkts):
+    eth = write(tmp_path / "eth.pcap", pkts)
+    sll = write(tmp_path / "sll.pcap", [p.copy() for p in pkts[:4]], cooked=True)
+    out = tmp_path / "both.pcapng"
+    CommandRunner().run(["mergecap", "-F", "pcapng", "-w", str(out), str(eth), str(sll)])
+    t = read_packets(out)
+    ref = read_packets(eth)
+    assert len(t) == len(pkts) + 4 and sorted(set(t.linktypes)) == [1, 113]
+    by_iface = {int(i): np.flatnonzero(t.cols["iface"] == i) for i in np.unique(t.cols["iface"])}
+    eth_rows = by_iface[t.linktypes.index(1)]
+    assert np.array_equal(t.cols["seq"][eth_rows], ref.cols["seq"])
+    assert np.array_equal(t.cols["ts_ns"][eth_rows], ref.cols["ts_ns"])
+    sll_rows = by_iface[t.linktypes.index(113)]
+    assert np.array_equal(t.cols["seq"][sll_rows], ref.cols["seq"][:4])
+
+
+def _to_big_endian(data: bytes) -> bytes:
+    import struct
+
+    out = bytearray(struct.pack(">IHHiIII", *struct.unpack("<IHHiIII", data[:24])))
+    pos = 24
+    while pos < len(data):
+        sec, frac, cl, wl = struct.unpack("<IIII", data[pos:pos + 16])
+        out += struct.pack(">IIII", sec, frac, cl, wl) + data[pos + 16:pos + 16 + cl]
+        pos += 16 + cl
+    return bytes(out)
+
+
+def test_big_endian_pcap(tmp_path, pkts):
+    le = write(tmp_path / "le.pcap", pkts)
+    be = tmp_path / "be.pcap"
+    be.write_bytes(_to_big_endian(le.read_bytes()))
+    a, b = read_packets(le), read_packets(be, chunk_bytes=300)
+    for k, v in a.cols.items():
+        assert np.array_equal(v, b.cols[k]), k
