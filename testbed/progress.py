@@ -68,6 +68,9 @@ class SweepProgress:
         """The current run entered a phase (set-up, traffic, analysis, ...)."""
         if self._bar is not None and self._task is not None:
             self._bar.update(self._task, phase=escape(text))
+        else:
+            self.console.print(f"\\[{self._done + 1}/{self._total}] {escape(self._run)}: "
+                               f"{escape(text)} {time.strftime('%H:%M:%S')}")
 
     def end(self, run_id: str, status: str, wall_s: float, error: str | None) -> None:
         """The current run ended with status after wall_s seconds."""

@@ -18,6 +18,7 @@ which feeds the same command builders to a dry-run `CommandRunner` without root.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import math
 import time
@@ -276,15 +277,6 @@ def ping_targets(exp: Experiment, addr_of: dict[str, str],
 # facts for metadata.json
 
 
-def _first_line(runner: CommandRunner, argv: list[str]) -> str | None:
-    try:
-        res = runner.run(argv, check=False, record=False, timeout=20)
-    except Exception:
-        return None
-    text = (res.stdout or res.stderr).strip()
-    return text.splitlines()[0] if text else None
-
-
 def _package_version(name: str) -> str | None:
     from importlib import metadata
 
@@ -294,17 +286,61 @@ def _package_version(name: str) -> str | None:
         return None
 
 
-def host_facts(runner: CommandRunner) -> dict[str, Any]:
+DEB_PACKAGES = ("mininet", "openvswitch-switch", "tshark", "tcpdump", "iproute2", "iperf3",
+                "mptcpize", "nftables")
+
+
+def parse_dpkg_versions(text: str) -> dict[str, str]:
+    """``<package> <version>`` lines (dpkg-query output) -> dict (missing ones left out)."""
+    out = {}
+    for line in text.splitlines():
+        name, _, version = line.strip().partition(" ")
+        if name and version:
+            out[name] = version
+    return out
+
+
+def git_revision(repo: Path) -> str | None:
+    """The checked-out commit, read from ``.git`` without running git (fast in a VM)."""
+    git = repo / ".git"
+    try:
+        head = (git / "HEAD").read_text().strip()
+        if not head.startswith("ref: "):
+            return head
+        ref = head[5:]
+        if (git / ref).is_file():
+            return (git / ref).read_text().strip()
+        for line in (git / "packed-refs").read_text().splitlines():
+            if line.endswith(" " + ref):
+                return line.split(" ", 1)[0]
+    except OSError:
+        return None
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def host_facts() -> dict[str, Any]:
     """Kernel, tool and package versions, the git revision: what a reader needs to trust a
-    result. runner: used for the tools' ``--version`` (not recorded in the transcript)."""
+    result. Computed once per process (the same for every run of a sweep)."""
     import platform
 
     from testbed import __version__
 
+    runner = CommandRunner()
     repo = Path(__file__).resolve().parents[1]
-    rev = _first_line(runner, ["git", "-C", str(repo), "rev-parse", "HEAD"])
-    dirty = _first_line(runner, ["git", "-C", str(repo), "status", "--porcelain",
-                                 "--untracked-files=no"])
+    dirty = None
+    try:
+        res = runner.run(["git", "-C", str(repo), "status", "--porcelain",
+                          "--untracked-files=no"], check=False, timeout=120)
+        dirty = bool(res.stdout.strip()) if res.returncode == 0 else None
+    except Exception:  # facts must never cost the run
+        dirty = None
+    try:
+        res = runner.run(["dpkg-query", "-W", "-f", "${Package} ${Version}\n",
+                          *DEB_PACKAGES], check=False, timeout=60)
+        debs = parse_dpkg_versions(res.stdout)
+    except Exception:
+        debs = {}
     try:
         from mininet.net import VERSION as mininet_version
     except ImportError:
@@ -314,13 +350,9 @@ def host_facts(runner: CommandRunner) -> dict[str, Any]:
         "machine": platform.machine(), "hostname": platform.node(),
         "python": platform.python_version(),
         "versions": {
-            "testbed": __version__, "git_revision": rev, "git_dirty": bool(dirty),
+            "testbed": __version__, "git_revision": git_revision(repo), "git_dirty": dirty,
             "mininet": mininet_version, "os-ken": _package_version("os-ken"),
-            "pydantic": _package_version("pydantic"),
-            "openvswitch": _first_line(runner, ["ovs-vsctl", "--version"]),
-            "tshark": _first_line(runner, ["tshark", "--version"]),
-            "tcpdump": _first_line(runner, ["tcpdump", "--version"]),
-            "iproute2": _first_line(runner, ["ip", "-V"]),
+            "pydantic": _package_version("pydantic"), "debian_packages": debs,
         },
     }
 
@@ -423,7 +455,7 @@ def execute_run(plan: Any, bundle: Bundle, meta: dict[str, Any], phase: Phase) -
     meta["timing"] = tl.times
     try:
         tl.enter("preflight")
-        meta.update(host_facts(runner))
+        meta.update(host_facts())
         topo = build_topology(exp)
         check_against_topology(exp, topo)
         hosts = topo_hosts(exp, topo)

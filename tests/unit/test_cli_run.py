@@ -1,0 +1,123 @@
+"""``testbed run`` end to end with a fake runner, dry runs, and the VM hand-off."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import tomli_w
+from test_results import FakeRunner
+from typer.testing import CliRunner
+
+from testbed import runcli
+from testbed.cli import app
+
+SPEC = {
+    "name": "cli", "duration": "5s", "repetitions": 2,
+    "topology": {"kind": "multipath", "paths": [{"name": "a", "bw": "10Mbit"},
+                                                 {"name": "b", "bw": "10Mbit"}]},
+    "workload": [{"kind": "bulk", "src": "client", "dst": "server", "size": "1MB"}],
+    "sweep": {"transport.cc": ["reno", "cubic"]},
+}
+
+
+@pytest.fixture
+def spec(tmp_path) -> Path:
+    path = tmp_path / "spec.toml"
+    path.write_text(tomli_w.dumps(copy.deepcopy(SPEC)))
+    return path
+
+
+@pytest.fixture
+def native(monkeypatch):
+    """Pretend doctor says native runs work, and run a fake experiment."""
+    fake = FakeRunner()
+    monkeypatch.setattr(runcli, "_native_ok", lambda: True)
+    monkeypatch.setattr("testbed.runner.execute_run", fake)
+    return fake
+
+
+def test_dry_run_lists_runs_and_commands(spec, tmp_path):
+    res = CliRunner().invoke(app, ["run", str(spec), "--dry-run", "--out", str(tmp_path / "o"),
+                                   "--set", "duration=6s"])
+    assert res.exit_code == 0, res.stderr
+    assert "4 run(s)" in res.stdout and "transport.cc" in res.stdout
+    assert "tcpdump -i client-eth0" in res.stdout
+    assert not (tmp_path / "o").exists()
+
+
+def test_run_writes_bundles_and_summary(spec, tmp_path, native):
+    out = tmp_path / "out"
+    res = CliRunner().invoke(app, ["run", str(spec), "--out", str(out)])
+    assert res.exit_code == 0, res.stderr
+    assert len(native.calls) == 4
+    assert "4 complete, 0 failed, 0 already complete" in res.stderr
+    assert len(pd.read_parquet(out / "summary.parquet")) == 4
+    meta = json.loads(next(out.glob("*/metadata.json")).read_text())
+    assert meta["command"].startswith("testbed run ")
+    res = CliRunner().invoke(app, ["run", str(spec), "--out", str(out)])
+    assert res.exit_code == 0 and len(native.calls) == 4
+    assert "4 of 4 runs already complete" in res.stderr
+
+
+def test_a_failed_run_gives_exit_1_and_is_listed(spec, tmp_path, monkeypatch):
+    fake = FakeRunner(fail={2})
+    monkeypatch.setattr(runcli, "_native_ok", lambda: True)
+    monkeypatch.setattr("testbed.runner.execute_run", fake)
+    res = CliRunner().invoke(app, ["run", str(spec), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 1
+    assert "3 complete, 1 failed" in res.stderr and "controller died" in res.stderr
+    assert len(fake.calls) == 4
+
+
+def test_fail_fast(spec, tmp_path, monkeypatch):
+    fake = FakeRunner(fail={0})
+    monkeypatch.setattr(runcli, "_native_ok", lambda: True)
+    monkeypatch.setattr("testbed.runner.execute_run", fake)
+    res = CliRunner().invoke(app, ["run", str(spec), "--out", str(tmp_path / "o"),
+                                   "--fail-fast"])
+    assert res.exit_code == 1 and len(fake.calls) == 1
+    assert "finished runs are kept" in res.stderr
+
+
+def test_interrupt_exits_130_and_says_how_to_resume(spec, tmp_path, monkeypatch):
+    fake = FakeRunner(interrupt={1})
+    monkeypatch.setattr(runcli, "_native_ok", lambda: True)
+    monkeypatch.setattr("testbed.runner.execute_run", fake)
+    res = CliRunner().invoke(app, ["run", str(spec), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 130
+    assert "run the same command again to resume" in res.stderr
+
+
+def test_reexecutes_in_the_vm_when_native_runs_are_impossible(spec, tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(runcli, "_native_ok", lambda: False)
+    monkeypatch.setattr("testbed.vm.run_in_vm", lambda argv: calls.append(argv) or 0)
+    res = CliRunner().invoke(app, ["run", str(spec), "--out", str(tmp_path / "o"),
+                                   "--set", "duration=6s", "--fail-fast"])
+    assert res.exit_code == 0, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+    assert "re-running inside `testbed vm`" in res.stderr
+    argv = calls[0]
+    assert argv[argv.index("run"):] == [
+        "run", str(spec.resolve()), "--out", str((tmp_path / "o").resolve()), "--no-vm",
+        "--set", "duration=6s", "--fail-fast"]
+
+
+def test_no_vm_never_asks_doctor(spec, tmp_path, monkeypatch):
+    fake = FakeRunner()
+    monkeypatch.setattr(runcli, "_native_ok", lambda: pytest.fail("doctor was asked"))
+    monkeypatch.setattr("testbed.runner.execute_run", fake)
+    res = CliRunner().invoke(app, ["run", str(spec), "--out", str(tmp_path / "o"), "--no-vm"])
+    assert res.exit_code == 0 and len(fake.calls) == 4
+
+
+def test_default_out_dir_is_results_name(spec, tmp_path, monkeypatch, native):
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(app, ["run", str(spec), "--set", "repetitions=1",
+                                   "--set", "transport.cc=reno"])
+    assert res.exit_code == 0, res.stderr
+    assert len(list((tmp_path / "results" / "cli").glob("cli-*-r1"))) == 1
