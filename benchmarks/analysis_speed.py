@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from analysis import tshark
+from analysis.capture import CaptureAnalysis
 from analysis.pcap import read_packets
 from testbed.commands import CommandRunner
 
@@ -199,7 +200,8 @@ def main() -> None:
         assert len(table) == n, (len(table), n)
         peak = _peak_bytes(lambda: read_packets(cap))
         rows = [("testbed analyze reader (analysis.pcap)",
-                 _time(lambda: read_packets(cap), args.repeat))]
+                 _time(lambda: read_packets(cap), args.repeat)),
+                ("  + flows, sequence analysis, metrics", _time(lambda: CaptureAnalysis.of(cap)))]
         ts = None
         if shutil.which("tshark"):
             runner = CommandRunner()
