@@ -34,6 +34,9 @@ FLOW_COLUMNS = ["flow_id", "capture", "capture_receiver", "protocol", "proto", "
 TIMESERIES_COLUMNS = ["kind", "key", "capture", "t", "t_rel", "bin_s", "bytes", "rate_bps",
                       "goodput_bps"]
 RTT_COLUMNS = ["flow_id", "capture", "t", "rtt_ms"]
+HEADLINE_KEYS = ("flows", "bytes", "throughput_bps_mean", "fct_s_median", "retransmissions",
+                 "reorder_ratio_mean", "ooo_percent", "long_throughput_bps_mean",
+                 "short_fct_s_mean", "captures", "packets")
 LONG_FLOW_BYTES = 1_000_000   # headline: "long" flows carry at least this much
 SHORT_FLOW_BYTES = 100_000    # ... and "short" flows less than this
 REORDER_FIELDS = ["data_packets", "reordered_packets", "reorder_ratio", "reorder_extent_max"]

@@ -28,7 +28,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import plots
-from analysis.bundle import analyze_bundle, headline, load_metadata
+from analysis.bundle import HEADLINE_KEYS, analyze_bundle, headline, load_metadata
 from analysis.samples import write_atomic
 from testbed import units
 from testbed.compat import tomllib
@@ -222,9 +222,16 @@ def _order_key(v: object) -> tuple:
     return (1, 0.0, str(v))
 
 
+RUN_COLUMNS = {"run_id", "name", "status", "repetition", "seed", "started", "ended", "wall_s",
+               "error", "path"}
+
+
 def swept_params(summary: pd.DataFrame) -> list[str]:
-    """Columns that are swept parameters: dotted key paths with more than one value."""
-    return [c for c in summary.columns if "." in c and summary[c].nunique(dropna=True) > 1]
+    """Swept parameters: summary columns that are neither run bookkeeping nor headline
+    metrics and that take more than one value."""
+    skip = RUN_COLUMNS | set(HEADLINE_KEYS)
+    return [c for c in summary.columns
+            if c not in skip and summary[c].nunique(dropna=True) > 1]
 
 
 def sweep_section(ctx: ReportContext) -> str:

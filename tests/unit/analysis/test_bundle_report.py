@@ -43,6 +43,7 @@ def test_analyze_bundle_writes_every_table(tmp_path):
     head = bundle.analyze_bundle(run)
     assert head["flows"] == 1 and head["bytes"] == 8000 and head["captures"] == 1
     assert head["ooo_percent"] == pytest.approx(25.0)  # 2 of 8 at the data level
+    assert set(head) == set(bundle.HEADLINE_KEYS)
     flows = pd.read_parquet(run / "metrics" / "flows.parquet")
     assert list(flows.columns) == bundle.FLOW_COLUMNS
     conn = flows[flows["protocol"] == "mptcp"].iloc[0]
@@ -134,7 +135,7 @@ def _sweep(tmp_path):
     d.mkdir()
     rng = np.random.default_rng(1)
     rows = [{"run_id": f"{cc}-{bw}-{r}", "status": "complete", "repetition": r,
-             "transport.cc": cc, "topology.paths.1.bw": bw,
+             "transport.cc": cc, "topology.paths.1.bw": bw, "seed": r, "path": f"/x/{r}",
              "throughput_bps_mean": float(bw[:-4]) * 1e6 * (0.9 + 0.01 * rng.random())}
             for cc in ("reno", "cubic") for bw in ("2Mbit", "10Mbit", "4Mbit") for r in range(3)]
     pd.DataFrame(rows).to_parquet(d / "summary.parquet")
