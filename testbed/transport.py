@@ -10,6 +10,11 @@ hosts can run different congestion controls.  Two things are global:
   (``bbr``, ``vegas``, ``westwood``, ``htcp``, ``illinois``, ... are modules) and then
   validates; a name the kernel still lacks raises `UnsupportedError` naming the
   available ones (the CLI exits 2).  A loaded module stays loaded after the run.
+* a namespace other than the root one may only make a congestion control its default
+  if it is in ``net.ipv4.tcp_allowed_congestion_control`` (global; otherwise the
+  sysctl fails with EPERM).  `ensure_cc` therefore adds the name to that list when it
+  is missing (this only widens what unprivileged sockets may choose; it stays after
+  the run and is reported by `apply_tcp`).
 * ``net.core.*mem_max`` (caps on ``SO_RCVBUF``/``SO_SNDBUF``) are global; the caps
   here use ``tcp_rmem``/``tcp_wmem`` (per namespace), which bound buffer autotuning.
 
@@ -35,6 +40,7 @@ from testbed.commands import CommandRunner, Namespaced
 from testbed.errors import CommandError, InputError, UnsupportedError
 
 AVAILABLE_CC = "net.ipv4.tcp_available_congestion_control"
+ALLOWED_CC = "net.ipv4.tcp_allowed_congestion_control"
 DEFAULT_CC = "net.ipv4.tcp_congestion_control"
 _CC_RE = re.compile(r"^[a-z][a-z0-9_]{0,15}$")
 _SYSCTL_KEY = re.compile(r"^net\.[A-Za-z0-9_.\-/]+$")
@@ -92,20 +98,23 @@ def available_ccs(runner: CommandRunner, host: Namespaced | None = None) -> list
 def ensure_cc(runner: CommandRunner, cc: str, key: str = "transport.cc") -> list[str]:
     """Make congestion control cc available (``modprobe tcp_<cc>`` if needed) or refuse it.
 
-    runner: the command runner (modprobe runs in the root namespace); cc: the name;
+    Also adds cc to ``tcp_allowed_congestion_control`` so that host namespaces may make it
+    their default.  runner: the command runner (root namespace); cc: the name;
     key: the spec key named in the error.  Returns the available list afterwards.
     Raises `UnsupportedError` listing the available controls when cc cannot be had.
     """
     check_cc_name(cc, key)
     have = available_ccs(runner)
-    if cc in have:
-        return have
-    runner.ok(modprobe_cc_argv(cc))
-    have = available_ccs(runner)
+    if cc not in have:
+        runner.ok(modprobe_cc_argv(cc))
+        have = available_ccs(runner)
     if cc not in have:
         raise UnsupportedError(
             f"{key}: congestion control {cc!r} is not available on this kernel "
             f"(modprobe tcp_{cc} did not provide it); available: {' '.join(have)}")
+    allowed = parse_cc_list(runner.run(sysctl_read_argv(ALLOWED_CC), record=False).stdout)
+    if cc not in allowed:
+        runner.run(sysctl_write_argv(ALLOWED_CC, [*allowed, cc]))
     return have
 
 
@@ -178,6 +187,9 @@ def apply_tcp(runner: CommandRunner, host: Namespaced, *, cc: str | None = None,
     values.update(buffer_sysctls(rmem, wmem))
     values.update(check_sysctls(extra or {}))
     applied = write_sysctls(runner, host, values)
+    if cc is not None:
+        applied[ALLOWED_CC] = " ".join(parse_cc_list(runner.run(
+            sysctl_read_argv(ALLOWED_CC), record=False).stdout))
     if rmem is not None:
         applied["net.ipv4.tcp_adv_win_scale"] = runner.run(
             sysctl_read_argv("net.ipv4.tcp_adv_win_scale"), host=host, record=False,

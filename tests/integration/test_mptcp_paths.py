@@ -110,6 +110,7 @@ def goodput(rec: dict) -> float:
 
 def test_mptcp_two_paths_beat_tcp_on_the_better_path(net: Network, tmp_path: Path) -> None:
     applied = configure(net)
+    print("APPLIED", json.dumps(applied))
     assert [e["dev"] for e in applied["client"]["endpoints"]] == ["client-eth1"]
     runner, client, server = net.runner, net.host("client"), net.host("server")
     samples, logs, pcap = bundle(tmp_path)
@@ -140,6 +141,7 @@ def test_mptcp_two_paths_beat_tcp_on_the_better_path(net: Network, tmp_path: Pat
     keep_text(ss_mai, "ss_Mai_client_mptcp_2paths.txt")
     keep_text(ss_tin, "ss_tinM_client_mptcp_2paths.txt")
     recs = {r["workload"]: r for r in fr.collect()}
+    print("RECORDS", json.dumps(recs))
     assert all(r["error"] is None for r in recs.values()), recs
     tcp, mp = recs["tcpfast"], recs["mptcp"]
     assert tcp["src_addr"] == net.topo.path("fast").client_addr

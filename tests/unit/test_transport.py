@@ -32,7 +32,9 @@ class ScriptedKernel:
 
     available: list[str] = field(default_factory=lambda: ["reno", "cubic"])
     modules: set[str] = field(default_factory=lambda: {"tcp_bbr", "tcp_vegas"})
-    values: dict[tuple[str, str], str] = field(default_factory=dict)
+    values: dict[tuple[str, str], str] = field(
+        default_factory=lambda: {("root", "net.ipv4.tcp_allowed_congestion_control"):
+                                 "reno cubic"})
     calls: list[tuple[str, list[str]]] = field(default_factory=list)
 
     def run(self, argv, host=None, check=True, record=True, timeout=None, **_kw) -> Result:
@@ -48,8 +50,12 @@ class ScriptedKernel:
                 out = self.values.get((where, key), "1") + "\n"
         elif argv[:3] == ["sysctl", "-q", "-w"]:
             key, _, value = argv[3].partition("=")
+            allowed = self.values[("root", "net.ipv4.tcp_allowed_congestion_control")]
             if key.startswith("net.core."):
                 rc = 255
+            elif (key == "net.ipv4.tcp_congestion_control" and where != "root"
+                  and value not in allowed.split()):
+                rc = 255  # EPERM: only allowed CCs can be a namespace's default
             else:
                 self.values[(where, key)] = value
         elif argv[0] == "modprobe":
@@ -103,6 +109,14 @@ def test_ensure_cc_loads_a_module_when_needed() -> None:
     assert not any(a[0] == "modprobe" for _w, a in k.calls)
     assert "bbr" in ensure_cc(k, "bbr")
     assert ("root", ["modprobe", "-q", "tcp_bbr"]) in k.calls
+    assert k.values[("root", "net.ipv4.tcp_allowed_congestion_control")] == "reno cubic bbr"
+
+
+def test_apply_tcp_with_a_loaded_cc_in_a_namespace() -> None:
+    k = ScriptedKernel()
+    applied = apply_tcp(k, Host(), cc="vegas")
+    assert applied["net.ipv4.tcp_congestion_control"] == "vegas"
+    assert applied["net.ipv4.tcp_allowed_congestion_control"] == "reno cubic vegas"
 
 
 def test_ensure_cc_refuses_with_the_available_list() -> None:
