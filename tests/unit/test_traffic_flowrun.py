@@ -1,0 +1,60 @@
+"""FlowRun end to end on loopback (no root): the runner ignores ``host=`` here, so the
+real flow-tool server, sink and client processes run in this namespace."""
+
+from __future__ import annotations
+
+import json
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from testbed.commands import CommandRunner
+from testbed.traffic import patterns
+from testbed.traffic.flows import FlowRun, resolve_flows
+
+
+class LocalRunner(CommandRunner):
+    def run(self, argv, *, host=None, **kw):
+        return super().run(argv, **kw)
+
+    def spawn(self, argv, *, host=None, **kw):
+        return super().spawn(argv, **kw)
+
+
+@dataclass
+class Host:
+    name: str
+    pid: int = 0
+
+
+def free_port_base() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_flowrun_collects_one_record_per_flow(tmp_path: Path) -> None:
+    runner = LocalRunner()
+    flows = (patterns.incast("inc", ["a", "b"], "c", 100_000)
+             + patterns.cbr("cbr", "a", "c", 400_000, packet_size=500, duration=0.3)
+             + patterns.one_to_one("late", "b", "c", size=10, start=60.0))
+    flows = resolve_flows(flows, {"c": "127.0.0.1"})
+    hosts = {n: Host(n) for n in "abc"}
+    fr = FlowRun(runner, hosts, flows, tmp_path / "samples", tmp_path / "logs",
+                 base_port=free_port_base())
+    try:
+        fr.start()
+        assert not fr.wait(timeout=2)  # "late" starts after 60 s
+    finally:
+        fr.stop()
+    recs = {r["flow_id"]: r for r in fr.collect()}
+    assert set(recs) == {"inc-0", "inc-1", "cbr-0", "late-0"}
+    assert recs["inc-0"]["bytes_received"] == 100_000 and recs["inc-1"]["error"] is None
+    assert recs["cbr-0"]["protocol"] == "udp" and recs["cbr-0"]["packets"] > 20
+    assert recs["late-0"]["error"] == "interrupted before it started"
+    lines = (tmp_path / "samples" / "flows.jsonl").read_text().splitlines()
+    assert len(lines) == 4 and all(json.loads(x)["flow_id"] in recs for x in lines)
+    srv = fr.server_records()
+    assert sum(r["bytes"] for r in srv if r["event"] == "flow") == 200_000
+    assert [r["packets"] for r in srv if r["event"] == "udp"] == [recs["cbr-0"]["packets"]]
+    assert not runner.running()
