@@ -55,7 +55,7 @@ NO_REORDER_RATE_BPS = 10_000_000_000
 NETEM_MIN_LIMIT = 1000
 DEFAULT_QUEUE_PKTS = 1000
 BURST_MIN_BYTES = 2 * MTU_BYTES
-BURST_TIME_S = 0.002  # tokens for this long at the link rate (timer slack under emulation)
+BURST_TIME_S = 0.010  # tokens for this long at the link rate: covers coarse timers (VMs)
 DISTRIBUTIONS = ("normal", "pareto", "paretonormal")
 
 

@@ -8,6 +8,7 @@ change keeps the qdiscs (their counters survive), i.e. nothing is re-created.
 from __future__ import annotations
 
 import re
+import statistics
 from collections.abc import Iterator
 
 import pytest
@@ -40,8 +41,8 @@ def test_rtt_is_twice_the_one_way_delay(net: Network, measure) -> None:
     rtts = measure.ping(net.runner, net.host("h1"), "10.0.0.2", count=20, interval=0.1)
     got = [r for r in rtts if r is not None]
     assert len(got) == 20
-    mean = sum(got) / len(got)
-    assert abs(mean - 40.0) <= 0.1 * 40.0 + 1.0, f"mean RTT {mean:.2f} ms"
+    mean = statistics.median(got)  # robust to a VM's scheduling hiccups
+    assert abs(mean - 40.0) <= 0.1 * 40.0 + 1.0, f"median RTT {mean:.2f} ms"
 
 
 def test_tcp_reaches_the_rate(net: Network, measure) -> None:

@@ -3,6 +3,7 @@ path reaches 90-105 % of its rate; ping RTT per path within 10 % + 1 ms of confi
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterator
 
 import pytest
@@ -34,7 +35,7 @@ def test_ping_rtt_per_path(net: Network, measure, spec: PathSpec) -> None:
                         interval=0.1, source=src)
     got = [r for r in rtts if r is not None]
     assert len(got) == 15
-    mean = sum(got) / len(got)
+    mean = statistics.median(got)  # robust to a VM's scheduling hiccups
     want = spec.shape.rtt_s() * 1e3
     assert abs(mean - want) <= 0.1 * want + 1.0, f"{spec.name}: {mean:.2f} ms vs {want} ms"
 

@@ -113,3 +113,47 @@ def test_unstarted_network_lookups_fail_clearly() -> None:
 def test_controller_target_is_what_ovs_switch_reads() -> None:
     c = nw.ControllerTarget("c0", port=6699)
     assert (c.protocol, c.IP(), c.port) == ("tcp", "127.0.0.1", 6699)
+
+
+def _dry_net(tmp_path: Path) -> nw.Network:
+    from testbed.commands import CommandRunner
+
+    topo = MultiHomedTopo(paths=[PathSpec("wifi", SHAPE), PathSpec("cell", SHAPE)])
+    return nw.Network(topo, runner=CommandRunner(dry_run=True), workdir=tmp_path)
+
+
+def test_apply_changes_with_one_batch_per_namespace(tmp_path: Path) -> None:
+    from testbed.schedule import LinkChange, ScheduleEvent
+
+    net = _dry_net(tmp_path)
+    net.apply(ScheduleEvent(1.0, "wifi", LinkChange(bw_bps=2_000_000, loss_pct=1.0)))
+    argv = [e.argv for e in net.runner.transcript.entries]
+    assert len(argv) == 1 and argv[0][:2] == ["tc", "-batch"]
+    lines = Path(argv[0][2]).read_text().splitlines()
+    assert len(lines) == 4  # netem + tbf on each of s1-eth1, s1-eth2
+    assert all(line.startswith("qdisc change dev s1-eth") for line in lines)
+    assert net.link("wifi").shape.bw_bps == 2_000_000
+    assert net.link("cell").shape == SHAPE
+
+
+def test_down_then_up_uses_ip_link_on_switch_ports(tmp_path: Path) -> None:
+    from testbed.schedule import LinkChange, ScheduleEvent
+
+    net = _dry_net(tmp_path)
+    net.apply(ScheduleEvent(1.0, "cell", LinkChange(up=False)))
+    assert net.link("cell").up is False
+    net.apply(ScheduleEvent(2.0, "cell", LinkChange(up=True, delay_s=0.07)))
+    argv = [e.argv for e in net.runner.transcript.entries]
+    assert [a[:2] for a in argv] == [["ip", "-batch"], ["tc", "-batch"], ["ip", "-batch"]]
+    assert Path(argv[0][2]).read_text() == ("link set dev s2-eth1 down\n"
+                                            "link set dev s2-eth2 down\n")
+    assert "netem delay 70000us" in Path(argv[1][2]).read_text()
+    assert net.link("cell").up is True
+
+
+def test_unchanged_event_runs_nothing(tmp_path: Path) -> None:
+    from testbed.schedule import LinkChange, ScheduleEvent
+
+    net = _dry_net(tmp_path)
+    net.apply(ScheduleEvent(1.0, "wifi", LinkChange(bw_bps=SHAPE.bw_bps, up=True)))
+    assert net.runner.transcript.entries == []

@@ -60,7 +60,7 @@ def test_netem_limit_never_drops_for_delay() -> None:
 
 def test_burst_scales_with_rate_and_has_floor() -> None:
     assert sh.burst_for(sh.LinkShape(bw_bps=1_000_000)) == 2 * sh.MTU_BYTES
-    assert sh.burst_for(sh.LinkShape(bw_bps=100_000_000)) == 25_000
+    assert sh.burst_for(sh.LinkShape(bw_bps=100_000_000)) == 125_000
     assert sh.burst_for(sh.LinkShape(bw_bps=1_000_000, burst_bytes=9000)) == 9000
 
 
