@@ -16,7 +16,7 @@ import typer
 from testbed import __version__
 from testbed.errors import TestbedError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Multipath Testbed: emulate multipath and data-center networks "
                        "with real Linux transports.",
                   context_settings={"help_option_names": ["-h", "--help"]})
@@ -74,6 +74,49 @@ def vm(ctx: typer.Context,
 
 __import__("testbed.runcli", fromlist=["register"]).register(app)  # testbed run / query
 __import__("analysis.cli", fromlist=["register"]).register(app)  # analyze / report
+
+
+@app.command()
+def study(directory: Annotated[Path, typer.Argument(help="A study folder, e.g. "
+                                                   "experiments/p0_wifi_3g.")],
+          variant: Annotated[str, typer.Option(help="quick | full")] = "quick",
+          out: Annotated[Path | None, typer.Option(
+              "--out", "-o", help="Output folder (default results/<study>-<variant>).")] = None,
+          only: Annotated[list[str] | None, typer.Option(
+              help="Run only this spec (file stem); repeatable.")] = None,
+          fail_fast: Annotated[bool, typer.Option("--fail-fast",
+                                                  help="Stop at the first failed run.")] = False,
+          no_vm: Annotated[bool, typer.Option("--no-vm", help="Never re-run inside "
+                                              "`testbed vm`.")] = False,
+          report_only: Annotated[bool, typer.Option(
+              "--report-only", help="Only (re)write the reports of finished runs.")] = False,
+          ) -> None:
+    """Run every spec of a reproduced study and write its paper-vs-ours report."""
+    from testbed import study as st
+
+    target = out or st.default_out(directory, variant)
+    if report_only:
+        path = guarded(lambda: st.write_study_report(directory, target))
+        typer.echo(f"report: {path}")
+        raise typer.Exit(0)
+    guarded(lambda: st.study_specs(directory, variant))
+    if not no_vm and not guarded(st.native_ok):
+        typer.echo("this machine cannot run experiments natively (see `testbed doctor`); "
+                   "re-running the study inside `testbed vm`", err=True)
+        from testbed import vm as vmmod
+
+        argv = st.in_vm_argv(directory, variant, target, only, fail_fast)
+        raise typer.Exit(guarded(lambda: vmmod.run_in_vm(argv, memory="3G")))
+    try:
+        outcome = guarded(lambda: st.run_study(directory, variant, target, only, fail_fast))
+    except KeyboardInterrupt:
+        typer.echo(f"interrupted: finished runs are kept in {target}; run the same command "
+                   "again to resume", err=True)
+        raise typer.Exit(130) from None
+    for name, err in outcome.failed.items():
+        typer.echo(f"  failed in {name}: {err}", err=True)
+    typer.echo(f"report: {outcome.report}")
+    raise typer.Exit(1 if outcome.failed else 0)
 
 
 def main() -> None:

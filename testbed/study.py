@@ -1,0 +1,130 @@
+"""A study: every spec of one reproduced paper, run together (``testbed study``).
+
+A study folder (``experiments/p0_wifi_3g/``) holds ``quick/*.toml`` and ``full/*.toml``
+(one spec per figure or table, same file names in both variants), ``paper.toml`` (the
+paper's numbers) and a README.  ``testbed study DIR --variant quick --out OUT`` runs each
+spec of the variant into ``OUT/<spec file stem>/`` (resumable, like ``testbed run``),
+writes each spec's report, then the study report ``OUT/report.html`` that puts the
+paper's numbers next to ours.  When this machine cannot run experiments natively, the
+whole study runs inside one ``testbed vm`` (one boot, not one per spec).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from testbed.errors import InputError, TestbedError
+
+VARIANTS = ("quick", "full")
+
+
+@dataclass
+class StudyOutcome:
+    """What a study run did: per spec, its output dir and whether every run completed."""
+
+    out: Path
+    specs: dict[str, Path] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+    report: Path | None = None
+
+
+def study_specs(study: Path, variant: str) -> list[Path]:
+    """The spec files of a study variant, in name order.
+
+    study: the study folder; variant: "quick" or "full".
+    """
+    if variant not in VARIANTS:
+        raise InputError(f"--variant {variant!r}: use one of {', '.join(VARIANTS)}")
+    if not study.is_dir():
+        raise InputError(f"{study}: no such study folder (e.g. experiments/p0_wifi_3g)")
+    specs = sorted((study / variant).glob("*.toml"))
+    if not specs:
+        raise InputError(f"{study}: no {variant}/*.toml specs in this folder")
+    return specs
+
+
+def default_out(study: Path, variant: str) -> Path:
+    """results/<study folder name>-<variant>."""
+    return Path("results") / f"{study.resolve().name}-{variant}"
+
+
+def run_study(study: Path, variant: str = "quick", out: Path | None = None,
+              only: list[str] | None = None, fail_fast: bool = False) -> StudyOutcome:
+    """Run every spec of the study variant, then write the reports.
+
+    study: the study folder; variant: quick | full; out: output folder;
+    only: spec stems to run (default all); fail_fast: stop at the first failed run.
+    """
+    from testbed.progress import SweepProgress
+    from testbed.results import run_sweep
+    from testbed.runner import execute_run
+    from testbed.sweep import plan_runs
+
+    specs = study_specs(study, variant)
+    if only:
+        unknown = sorted(set(only) - {s.stem for s in specs})
+        if unknown:
+            raise InputError(f"--only {', '.join(unknown)}: not a spec of {study}/{variant} "
+                             f"(have {', '.join(s.stem for s in specs)})")
+        specs = [s for s in specs if s.stem in only]
+    out = out or default_out(study, variant)
+    outcome = StudyOutcome(out=out)
+    # validate every spec before running anything: a typo in the last one should not
+    # surface after twenty minutes of runs
+    plans = {spec: plan_runs(spec) for spec in specs}
+    for i, (spec, spec_plans) in enumerate(plans.items(), 1):
+        spec_out = out / spec.stem
+        outcome.specs[spec.stem] = spec_out
+        print(f"study {study.name} ({variant}): spec {i}/{len(plans)} {spec.stem}, "
+              f"{len(spec_plans)} run(s) -> {spec_out}", file=sys.stderr, flush=True)
+        extra = {"command": f"testbed study {study} --variant {variant}",
+                 "spec_file": str(spec), "study": study.name, "variant": variant}
+        report = run_sweep(spec_plans, spec_out, execute_run, fail_fast=fail_fast,
+                           progress=SweepProgress(), extra_meta=extra)
+        if report.failed:
+            outcome.failed[spec.stem] = "; ".join(f"{rid}: {err}" for rid, err in report.failed)
+    outcome.report = write_study_report(study, out)
+    return outcome
+
+
+def write_study_report(study: Path, out: Path) -> Path:
+    """Each spec's report plus the study's paper-vs-ours report; returns its path."""
+    from analysis.report import write_report
+    from analysis.studies import write_study_report as write_comparison
+
+    if not out.is_dir():
+        raise InputError(f"{out}: no study results here; run `testbed study {study}` first")
+    for spec_out in sorted(p for p in out.iterdir() if p.is_dir() and not p.name.startswith(
+            ("_", "."))):
+        if (spec_out / "summary.parquet").exists():
+            try:
+                write_report(spec_out)
+            except TestbedError as exc:
+                print(f"report for {spec_out.name} skipped: {exc}", file=sys.stderr)
+    return write_comparison(study, out)
+
+
+def in_vm_argv(study: Path, variant: str, out: Path, only: list[str] | None,
+               fail_fast: bool) -> list[str]:
+    """The command that re-runs this very ``testbed study`` inside the VM."""
+    exe = Path(sys.prefix) / "bin" / "testbed"
+    argv = [str(exe)] if exe.exists() else [sys.executable, "-m", "testbed.cli"]
+    argv += ["study", str(study.resolve()), "--variant", variant, "--out", str(out.resolve()),
+             "--no-vm"]
+    for name in only or []:
+        argv += ["--only", name]
+    if fail_fast:
+        argv.append("--fail-fast")
+    return argv
+
+
+def native_ok() -> bool:
+    """Whether experiments can run here (inside the testbed VM they always can)."""
+    if os.environ.get("TESTBED_IN_VM") == "1":
+        return True
+    from testbed import doctor
+
+    return doctor.can_run_natively()

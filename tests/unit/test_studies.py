@@ -1,0 +1,60 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from analysis.studies import capacity_steps, evaluate, ideal_rate
+from testbed.errors import InputError
+from testbed.study import study_specs
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_ideal_rate_matches_paper_eq2():
+    # P3 Table 5's ideal: 5 s at 384 kbit/s then 3 s at 10 Mbit/s over a 10 s window
+    # (and 2 s down) = (5 x 0.384 + 3 x 10) / 10 = 3.192 Mbit/s
+    steps = [(0.0, 384e3), (15.0, 0.0), (17.0, 10e6)]
+    assert ideal_rate(steps, 10.0, 20.0) == pytest.approx(3.192e6)
+
+
+def test_capacity_steps_follow_schedule():
+    spec = {"topology": {"paths": [{"name": "access", "bw": "10Mbit"}]},
+            "schedule": [{"at": "3.5s", "link": "access", "down": False, "bw": "384kbit"},
+                         {"at": "3s", "link": "access", "down": True}]}
+    steps = capacity_steps(spec, "access")
+    assert steps == [(0.0, 10e6), (3.0, 0.0), (3.5, 384e3)]
+    # 0.5 s outage then 4.5 s at 384 kbit/s over the 5 s after the handover
+    assert ideal_rate(steps, 3.0, 8.0) == pytest.approx(4.5 * 384e3 / 5)
+
+
+def test_every_study_has_quick_and_full_specs_and_evaluates_empty(tmp_path):
+    for study in sorted((ROOT / "experiments").glob("p*_*")):
+        assert study_specs(study, "quick") and study_specs(study, "full")
+        res = evaluate(study, tmp_path / "none")
+        assert res.claims == [] and res.study.startswith("P")
+
+
+def test_bad_study_arguments():
+    with pytest.raises(InputError, match="--variant"):
+        study_specs(ROOT / "experiments" / "p0_wifi_3g", "medium")
+    with pytest.raises(InputError, match="no such study"):
+        study_specs(ROOT / "experiments" / "nope", "quick")
+
+
+def test_study_cli_report_only_without_results(tmp_path):
+    res = subprocess.run([sys.executable, "-m", "testbed.cli", "study",
+                          str(ROOT / "experiments" / "p4_rbuf_blocking"), "--report-only",
+                          "--out", str(tmp_path / "missing")],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2
+    assert res.stderr.count("\n") == 1 and "run `testbed study" in res.stderr
+    (tmp_path / "empty").mkdir()
+    res = subprocess.run([sys.executable, "-m", "testbed.cli", "study",
+                          str(ROOT / "experiments" / "p4_rbuf_blocking"), "--report-only",
+                          "--out", str(tmp_path / "empty")],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert json.loads((tmp_path / "empty" / "claims.json").read_text()) == []
+    assert "P4" in (tmp_path / "empty" / "report.html").read_text()
