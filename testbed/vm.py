@@ -14,10 +14,12 @@ command and returns its exit code.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shlex
+import signal
 import sys
 import time
 from pathlib import Path
@@ -166,9 +168,24 @@ def run_in_vm(cmd: list[str], kernel: Path | None = None, memory: str = "2G", cp
         mode = "KVM" if use_kvm else "software emulation (TCG), slower"
         print(f"testbed vm: booting {image.name} with {mode}, {cpus} CPUs, {memory}",
               file=sys.stderr, flush=True)
+    private = [a for a in cmd if a == "/tmp" or a.startswith(("/tmp/", "/run/"))]
+    if private and not quiet:
+        print(f"testbed vm: warning: {private[0]} is private to the VM (a tmpfs/overlay); "
+              "files written there do not reach this machine", file=sys.stderr, flush=True)
     t0 = time.time()
-    rc = runner.call(vng_argv(vng, image, memory, cpus, use_kvm, guest_command(cmd)),
-                     env=vng_env(), relay=True)
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def _term(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # runner.call stops the VM, then we exit
+
+    with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
+        signal.signal(signal.SIGTERM, _term)
+    try:
+        rc = runner.call(vng_argv(vng, image, memory, cpus, use_kvm, guest_command(cmd)),
+                         env=vng_env(), relay=True)
+    finally:
+        with contextlib.suppress(ValueError):
+            signal.signal(signal.SIGTERM, previous)
     if not quiet:
         print(f"testbed vm: exit {rc} after {time.time() - t0:.0f}s", file=sys.stderr, flush=True)
     return rc
