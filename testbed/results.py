@@ -386,13 +386,15 @@ class SweepReport:
 
 
 def run_sweep(plans: list[Any], out: Path, execute: Execute, *, fail_fast: bool = False,
-              progress: Progress | None = None, extra_meta: dict[str, Any] | None = None
-              ) -> SweepReport:
+              progress: Progress | None = None, extra_meta: dict[str, Any] | None = None,
+              recover: Callable[[Bundle], Any] | None = None) -> SweepReport:
     """Run every plan whose bundle is not complete; keep going past failures.
 
     plans: `RunPlan`s in order; out: the output DIR; execute: runs one plan (see `Execute`);
     fail_fast: stop (re-raising) at the first failed run; progress: where to report;
-    extra_meta: added to every metadata.json (e.g. the command line).
+    extra_meta: added to every metadata.json (e.g. the command line); recover: called
+    with a bundle left ``running`` by a process that died, before it is redone (to
+    remove what that run's network left behind).
     A KeyboardInterrupt marks the current run ``interrupted``, updates the summary and is
     re-raised. A `MissingFeatureError` stops the sweep (every later run would fail too).
     """
@@ -410,7 +412,7 @@ def run_sweep(plans: list[Any], out: Path, execute: Execute, *, fail_fast: bool 
                 current = plan.run_id
                 progress.begin(index, plan.run_id)
                 status, error, wall, exc = _one_run(plan, out, execute, progress,
-                                                    extra_meta or {})
+                                                    extra_meta or {}, recover)
                 progress.end(plan.run_id, status, wall, error)
                 if status == COMPLETE:
                     report.complete += 1
@@ -418,7 +420,7 @@ def run_sweep(plans: list[Any], out: Path, execute: Execute, *, fail_fast: bool 
                 report.failed.append((plan.run_id, error or status))
                 if exc is not None and (fail_fast or isinstance(exc, MissingFeatureError)):
                     raise exc
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, SystemExit):
             report.interrupted = current
             raise
         finally:
@@ -428,10 +430,13 @@ def run_sweep(plans: list[Any], out: Path, execute: Execute, *, fail_fast: bool 
 
 
 def _one_run(plan: Any, out: Path, execute: Execute, progress: Progress,
-             extra_meta: dict[str, Any]) -> tuple[str, str | None, float, Exception | None]:
+             extra_meta: dict[str, Any], recover: Callable[[Bundle], Any] | None = None
+             ) -> tuple[str, str | None, float, Exception | None]:
     """Run one plan into a fresh bundle; return (status, error, wall seconds, exception)."""
     bundle = Bundle(out / plan.run_id)
     if bundle.root.exists():
+        if recover is not None and bundle.status() == RUNNING:
+            recover(bundle)
         move_aside(out, bundle)
     bundle.create()
     atomic_write_text(bundle.spec_path, plan.resolved_toml())
@@ -444,7 +449,7 @@ def _one_run(plan: Any, out: Path, execute: Execute, progress: Progress,
     bundle.write_metadata(meta)
     try:
         headline = execute(plan, bundle, meta, progress.phase)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SystemExit):
         _finish(bundle, meta, INTERRUPTED, "interrupted (Ctrl-C or SIGTERM); cleanup finished",
                 t_start)
         raise

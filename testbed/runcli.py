@@ -127,7 +127,7 @@ def _run_sweep(plans: list[Any], out: Path, fail_fast: bool, spec: Path,
                overrides: list[str]) -> int:
     from testbed.progress import SweepProgress
     from testbed.results import run_sweep
-    from testbed.runner import execute_run
+    from testbed.runner import execute_run, recover_bundle
 
     sets = [arg for o in overrides for arg in ("--set", o)]
     extra = {"command": shlex.join(["testbed", "run", str(spec), "--out", str(out), *sets]),
@@ -136,7 +136,7 @@ def _run_sweep(plans: list[Any], out: Path, fail_fast: bool, spec: Path,
     try:
         with _sigterm_as_interrupt():
             report = run_sweep(plans, out, execute_run, fail_fast=fail_fast,
-                               progress=progress, extra_meta=extra)
+                               progress=progress, extra_meta=extra, recover=recover_bundle)
     except KeyboardInterrupt:
         typer.echo(f"interrupted: finished runs are kept in {out}; run the same command "
                    "again to resume", err=True)

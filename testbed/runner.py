@@ -591,6 +591,19 @@ def _flow_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
             "errors": sorted({str(r["error"]) for r in errors})[:5]}
 
 
+def recover_bundle(bundle: Bundle) -> dict[str, list[str]]:
+    """Remove what the network of a run whose process died left behind (by its manifest).
+
+    bundle: a bundle still marked ``running``; returns what was removed.
+    """
+    from testbed.network import MANIFEST, cleanup_from_manifest
+
+    manifest = bundle.logs_dir / "network" / MANIFEST
+    if not manifest.is_file():
+        return {}
+    return cleanup_from_manifest(manifest)
+
+
 # ---------------------------------------------------------------------------------------
 # dry run
 

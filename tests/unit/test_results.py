@@ -183,6 +183,28 @@ def test_a_bundle_left_running_is_redone(tmp_path):
     assert again.calls == [plans()[0].run_id]
 
 
+def test_sigterm_inside_a_run_marks_it_interrupted(tmp_path):
+    class Terminated(FakeRunner):
+        def __call__(self, plan, bundle, meta, phase):
+            raise SystemExit(143)
+
+    with pytest.raises(SystemExit):
+        run_sweep(plans(), tmp_path, Terminated())
+    assert statuses(tmp_path)[plans()[0].run_id] == INTERRUPTED
+
+
+def test_a_run_left_running_is_recovered_before_it_is_redone(tmp_path):
+    run_sweep(plans()[:1], tmp_path, FakeRunner())
+    b = Bundle(tmp_path / plans()[0].run_id)
+    meta = b.read_metadata()
+    meta["status"] = "running"
+    b.write_metadata(meta)
+    seen = []
+    run_sweep(plans()[:2], tmp_path, FakeRunner(), recover=lambda bundle: seen.append(
+        bundle.run_id))
+    assert seen == [plans()[0].run_id]
+
+
 def test_two_sweeps_cannot_share_a_directory(tmp_path):
     with locked(tmp_path), pytest.raises(InputError, match="another `testbed run`"):
         run_sweep(plans(), tmp_path, FakeRunner())
