@@ -10,7 +10,9 @@ Definitions (all at the capture point of the table):
   segment's (it was sent later, so the network did not reorder it); otherwise it is
   *reordered*.  Reordered-packet ratio = reordered / (unique segments), reordering extent
   of a reordered packet = its arrival index minus that of the first packet with a higher
-  sequence number (RFC 4737 sections 4.1 and 4.2.1).
+  sequence number (RFC 4737 sections 4.1 and 4.2.1).  A flow's ``retransmissions`` also
+  counts SYNs and FINs sent again, in both directions (as tshark does); its
+  ``loss_estimate`` is data retransmissions / unique data segments.
 * MPTCP data level: the same, on each packet's data sequence number (DSN of its DSS mapping
   plus its offset in the mapping) across all subflows of a connection; a DSN seen before
   is a reinjection or retransmission.
@@ -144,6 +146,12 @@ def segments(tbl: T.PacketTable, fl: Flows) -> pd.DataFrame:
         col = np.zeros(len(df), v.dtype)
         col[data] = v
         df[k] = col
+    # a SYN or FIN sent again (same direction, same sequence number) is a retransmission too
+    ctl = ~data & ((df["flags"].to_numpy() & (T.SYN | T.FIN)) != 0)
+    if ctl.any():
+        sub = df.loc[ctl, ["flow", "dir", "seq", "flags"]].assign(
+            flags=df.loc[ctl, "flags"] & (T.SYN | T.FIN))
+        df.loc[ctl, "retrans"] = sub.duplicated().to_numpy()
     return df
 
 
@@ -186,6 +194,7 @@ def flow_table(tbl: T.PacketTable, fl: Flows, seg: pd.DataFrame | None = None) -
     end = last_ts.astype(np.int64).copy()
     nbytes = np.where(ddir == 0, out["payload_fwd"], out["payload_rev"]).astype(np.int64)
     retr = np.zeros(nf, np.int64)
+    data_retr = np.zeros(nf, np.int64)
     reord = np.zeros(nf, np.int64)
     ext_max = np.zeros(nf, np.int64)
     uniq = np.zeros(nf, np.int64)
@@ -197,7 +206,8 @@ def flow_table(tbl: T.PacketTable, fl: Flows, seg: pd.DataFrame | None = None) -
         span = (g["end"].max() - g["seq"].min()).reindex(range(nf))
         tcp = out["proto"].to_numpy() == "tcp"
         nbytes = np.where(tcp & span.notna(), span.fillna(0), nbytes).astype(np.int64)
-        retr = g["retrans"].sum().reindex(range(nf), fill_value=0).to_numpy()
+        retr = seg.groupby("flow")["retrans"].sum().reindex(range(nf), fill_value=0).to_numpy()
+        data_retr = g["retrans"].sum().reindex(range(nf), fill_value=0).to_numpy()
         reord = g["reordered"].sum().reindex(range(nf), fill_value=0).to_numpy()
         ext_max = g["extent"].max().reindex(range(nf), fill_value=0).to_numpy()
         uniq = (~data["retrans"]).groupby(data["flow"]).sum().reindex(range(nf), fill_value=0)
@@ -225,7 +235,7 @@ def flow_table(tbl: T.PacketTable, fl: Flows, seg: pd.DataFrame | None = None) -
         out["reordered_packets"] = reord
         out["reorder_ratio"] = np.where(uniq > 0, reord / np.maximum(uniq, 1), 0.0)
         out["reorder_extent_max"] = ext_max
-        out["loss_estimate"] = np.where(uniq > 0, retr / np.maximum(uniq, 1), 0.0)
+        out["loss_estimate"] = np.where(uniq > 0, data_retr / np.maximum(uniq, 1), 0.0)
     out["rtt_ms_median"] = rtt_med
     return out
 
@@ -265,7 +275,7 @@ def dsn_analysis(tbl: T.PacketTable, fl: Flows, seg: pd.DataFrame, ddir: np.ndar
                  ) -> pd.DataFrame:
     """MPTCP data-level analysis of the data segments of every connection in this capture.
 
-    Returns one row per data segment that can be mapped: token, flow, ts, dsn (relative to the
+    Returns one row per data segment that can be mapped: token, flow, row, ts, dsn (relative to the
     connection's IDSN when its key was captured), end, reinjected, reordered, extent.
     """
     c = tbl.cols
@@ -273,7 +283,7 @@ def dsn_analysis(tbl: T.PacketTable, fl: Flows, seg: pd.DataFrame, ddir: np.ndar
     tok = flows["mptcp_token"].to_numpy()
     fdir = ddir[seg["flow"].to_numpy()]
     d = seg[(seg["dir"].to_numpy() == fdir) & (tok[seg["flow"].to_numpy()] != "")].copy()
-    cols = ["token", "flow", "ts", "dsn", "end", "reinjected", "reordered", "extent"]
+    cols = ["token", "flow", "row", "ts", "dsn", "end", "reinjected", "reordered", "extent"]
     if not len(d):
         return pd.DataFrame({k: [] for k in cols})
     rows = d["row"].to_numpy()
@@ -338,7 +348,8 @@ def dsn_analysis(tbl: T.PacketTable, fl: Flows, seg: pd.DataFrame, ddir: np.ndar
     gid = pd.factorize(tokens)[0]
     payload = d["payload"].to_numpy()
     ra = reorder_analysis(gid, rel, rel + payload)
-    return pd.DataFrame({"token": tokens, "flow": d["flow"].to_numpy(), "ts": d["ts"].to_numpy(),
+    return pd.DataFrame({"token": tokens, "flow": d["flow"].to_numpy(), "row": d["row"].to_numpy(),
+                         "ts": d["ts"].to_numpy(),
                          "dsn": rel, "end": rel + payload, "reinjected": ra["retrans"],
                          "reordered": ra["reordered"], "extent": ra["extent"]})
 
