@@ -60,14 +60,28 @@ def load_metadata(run_dir: Path) -> dict:
         raise S.SampleFormatError(f"{p}: not valid JSON ({exc.msg}); re-run the run") from None
 
 
-def _host_addrs(meta: dict) -> tuple[dict[str, str], dict[str, set[str]]]:
-    """(capture name -> host, host -> its addresses) from the interfaces map."""
-    cap_host, addrs = {}, {}
+def capture_interfaces(meta: dict) -> dict[str, dict]:
+    """Capture file stem -> its entry of metadata.json's interfaces map.
+
+    Captures are named ``<node>-<intf>.pcap`` (testbed.capture), e.g. ``client-client-eth0``
+    for interface ``client-eth0``; a bare ``<intf>`` stem is accepted too.
+    """
+    out = {}
     for intf, info in (meta.get("interfaces") or {}).items():
         host = info.get("host", intf.split("-")[0])
-        cap_host[intf] = host
+        entry = {**info, "host": host, "intf": intf}
+        out[intf] = entry
+        out[f"{host}-{intf}"] = entry
+    return out
+
+
+def _host_addrs(meta: dict) -> tuple[dict[str, str], dict[str, set[str]]]:
+    """(capture stem -> host, host -> its addresses) from the interfaces map."""
+    cap_host, addrs = {}, {}
+    for stem, info in capture_interfaces(meta).items():
+        cap_host[stem] = info["host"]
         if info.get("addr"):
-            addrs.setdefault(host, set()).add(str(info["addr"]).split("/")[0])
+            addrs.setdefault(info["host"], set()).add(str(info["addr"]).split("/")[0])
     return cap_host, addrs
 
 
@@ -84,11 +98,12 @@ def _pick(rows: pd.DataFrame, cap_host: dict, addrs: dict, side: str) -> pd.Data
                                                  ).drop_duplicates("flow_id").drop(columns="_score")
 
 
-def _receiver_captures(token_rows: pd.DataFrame, cap_host: dict, addrs: dict) -> list[str]:
+def _receiver_captures(token_rows: pd.DataFrame, cap_host: dict, addrs: dict,
+                       present: set[str]) -> list[str]:
     ddir = token_rows["data_dir"].to_numpy()
     receiver = set(np.where(ddir == 0, token_rows["dst_addr"], token_rows["src_addr"]))
     hosts = {h for h, a in addrs.items() if a & receiver}
-    return sorted(c for c, h in cap_host.items() if h in hosts)
+    return sorted(c for c, h in cap_host.items() if h in hosts and c in present)
 
 
 def build_tables(caps: list[CaptureAnalysis], meta: dict, appflows: pd.DataFrame,
@@ -117,7 +132,8 @@ def build_tables(caps: list[CaptureAnalysis], meta: dict, appflows: pd.DataFrame
     conn_rows = []
     by_name = {c.name: c for c in caps}
     for token, sub in base[base["mptcp_token"] != ""].groupby("mptcp_token"):
-        names = _receiver_captures(sub, cap_host, addrs) or [sub["capture_receiver"].iloc[0]]
+        names = _receiver_captures(sub, cap_host, addrs, set(by_name)) or \
+            [sub["capture_receiver"].iloc[0]]
         dsn = pd.concat([by_name[n].dsn.assign(_cap=k) for k, n in enumerate(names)
                          if n in by_name], ignore_index=True)
         dsn = dsn[dsn["token"] == token].sort_values(["ts", "_cap"], kind="stable")
@@ -177,7 +193,7 @@ def _timeseries(caps: list[CaptureAnalysis], base: pd.DataFrame, meta: dict, t0:
     parts = []
     chosen = dict(zip(base["flow_id"], base["capture"], strict=True))
     parent = dict(zip(base["flow_id"], base["parent"], strict=True))
-    path_of = {intf: info.get("path") for intf, info in (meta.get("interfaces") or {}).items()}
+    path_of = {stem: info.get("path") for stem, info in capture_interfaces(meta).items()}
     seen_paths: set[str] = set()
     for c in caps:
         ts = c.table.cols["ts_ns"]

@@ -21,7 +21,7 @@ def _run_dir(tmp_path, with_pcap=True):
     (run / "samples").mkdir(parents=True)
     if with_pcap:
         (run / "pcap").mkdir()
-        write(run / "pcap" / "server-eth0.pcap", mptcp_connection([0, 1, 2, 4, 3, 5, 7, 6]))
+        write(run / "pcap" / "server-server-eth0.pcap", mptcp_connection([0, 1, 2, 4, 3, 5, 7, 6]))
     meta = {"status": "complete", "t0": T0, "interfaces": {
         "server-eth0": {"host": "server", "path": "wifi", "addr": SERVER},
         "client-eth0": {"host": "client", "path": "wifi", "addr": CLIENT},
@@ -83,9 +83,9 @@ def test_missing_inputs_give_empty_tables_with_columns(tmp_path):
 
 def test_corrupt_capture_writes_nothing(tmp_path):
     run = _run_dir(tmp_path)
-    p = run / "pcap" / "server-eth0.pcap"
+    p = run / "pcap" / "server-server-eth0.pcap"
     p.write_bytes(p.read_bytes()[:-7])
-    with pytest.raises(CaptureFormatError, match=r"server-eth0\.pcap"):
+    with pytest.raises(CaptureFormatError, match=r"server-server-eth0\.pcap"):
         bundle.analyze_bundle(run)
     assert not (run / "metrics").exists()
 
@@ -167,3 +167,21 @@ def test_cli_analyze_and_errors(tmp_path):
     assert len(lines) == 1 and "bad.pcap" in lines[0] and "byte offset" in lines[0]
     r = CliRunner().invoke(app, ["report", str(tmp_path / "nothing")])
     assert r.exit_code == 2
+
+
+def test_sender_and_receiver_captures_answer_their_own_questions(tmp_path):
+    run = tmp_path / "two"
+    (run / "pcap").mkdir(parents=True)
+    write(run / "pcap" / "client-client-eth0.pcap", handshake_and_data(6))
+    write(run / "pcap" / "server-server-eth0.pcap",
+          handshake_and_data(6, order=[0, 1, 3, 2, 4, 5]))
+    (run / "metadata.json").write_text(json.dumps({"t0": T0, "interfaces": {
+        "client-eth0": {"host": "client", "path": "wifi", "addr": CLIENT},
+        "server-eth0": {"host": "server", "path": "wifi", "addr": SERVER}}}))
+    bundle.analyze_bundle(run)
+    row = pd.read_parquet(run / "metrics" / "flows.parquet").iloc[0]
+    assert row["capture"] == "client-client-eth0"
+    assert row["capture_receiver"] == "server-server-eth0"
+    assert row["reordered_packets"] == 1 and row["bytes"] == 6000
+    ts = pd.read_parquet(run / "metrics" / "timeseries.parquet")
+    assert set(ts.loc[ts["kind"] == "path", "capture"]) == {"client-client-eth0"}
