@@ -123,7 +123,7 @@ class ControllerProcess:
     protocols = "OpenFlow13"
 
     def __init__(self, app: str, topo_desc: Any, port: int = 6653, log: Path | None = None,
-                 *, runner: CommandRunner | None = None, start_timeout: float = 60.0):
+                 *, runner: CommandRunner | None = None, start_timeout: float = 300.0):
         self.app = canonical_app(app)
         self.routes: Routes = compute_routes(layout_for(topo_desc))
         self.port = int(port)

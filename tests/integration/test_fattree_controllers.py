@@ -1,0 +1,280 @@
+"""k=4 fat-tree (10 Mbit/s links) under each controller app, all on ONE network start.
+
+The network starts with ``single_path``; each later test replaces the controller process
+(same port): the switches reconnect and the new app wipes and re-installs their rules.
+Per app: time until all 20 switches are programmed; all-pairs ping with 0 % loss; then
+the forwarding policy seen in the switches' port counters:
+
+- ``single_path``: one TCP flow S0 -> S15 leaves E0 on one uplink (the D-mod-k one);
+- ``ecmp``: one TCP flow leaves E0 on one uplink; 8 concurrent flows from E0's hosts to
+  other pods use both uplinks;
+- ``spray``: one TCP flow's packets split over the uplinks of every decision switch it
+  crosses (E0, A0, A1 forward; E7 for its ACKs), chi-square against uniform p > 0.01.
+
+Run (``-s`` prints a ``FIGURES`` line per app)::
+
+    testbed vm -- .venv/bin/pytest -m integration -s tests/integration/test_fattree_controllers.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controllers.launcher import ControllerProcess
+from controllers.stats import chi_square_uniform
+from testbed.commands import CommandRunner, which
+from testbed.network import Network
+from topologies.fattree import FatTreeTopo
+
+pytestmark = [pytest.mark.integration, pytest.mark.needs_kernel("netem", "ovs", "nft")]
+
+BW_MBIT = 10
+FLOW_S = 4
+READY_TIMEOUT = 600.0
+
+
+class SwappableController:
+    """The `Network` controller hook around a `ControllerProcess` that can be replaced."""
+
+    protocols = "OpenFlow13"
+
+    def __init__(self, app: str, topo: Any, port: int, logdir: Path, runner: CommandRunner):
+        self.topo, self.port, self.logdir, self.runner = topo, port, logdir, runner
+        self.current = self._make(app)
+        self.net: Any = None
+        self.dpids: list[int] = []
+
+    def _make(self, app: str) -> ControllerProcess:
+        return ControllerProcess(app, self.topo, port=self.port, runner=self.runner,
+                                 log=self.logdir / f"controller-{app}.log",
+                                 start_timeout=READY_TIMEOUT)
+
+    def start(self) -> None:
+        self.current.start()
+
+    def pre_switch_start(self, net: Any) -> None:
+        self.net = net
+        self.current.pre_switch_start(net)
+
+    def wait_ready(self, dpids: Sequence[int], timeout: float) -> dict[int, float]:
+        self.dpids = list(dpids)
+        return self.current.wait_ready(dpids, timeout)
+
+    def post_switch_start(self, net: Any) -> None:
+        self.current.post_switch_start(net)
+
+    def check_alive(self) -> None:
+        self.current.check_alive()
+
+    def stop(self) -> None:
+        self.current.stop()
+
+    def swap(self, app: str) -> float:
+        """Replace the running app; return seconds until every switch is re-programmed."""
+        self.current.stop()
+        self.current = self._make(app)
+        t0 = time.time()
+        self.current.start()
+        self.current.pre_switch_start(self.net)
+        ready = self.current.wait_ready(self.dpids, READY_TIMEOUT)
+        self.current.post_switch_start(self.net)
+        return max(ready.values()) - t0
+
+
+@dataclass
+class Fabric:
+    net: Network
+    ctl: SwappableController
+    runner: CommandRunner
+    workdir: Path
+    figures: dict[str, dict] = field(default_factory=dict)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def why_skip(runner: CommandRunner) -> str | None:
+    """The reason this machine cannot run the test (module-scoped, so checked here)."""
+    if os.geteuid() != 0:
+        return "needs root (run: testbed vm -- .venv/bin/pytest -m integration ...)"
+    for tool in ("mnexec", "ovs-vsctl", "nft", "iperf3", "tc"):
+        if which(tool) is None:
+            return f"{tool} is not installed (scripts/install)"
+    for mod in ("openvswitch", "sch_netem"):
+        if not (Path(f"/sys/module/{mod}").exists()
+                or runner.ok(["modprobe", "-q", mod], record=False)):
+            return f"kernel lacks {mod} (run in `testbed vm`)"
+    if not runner.ok(["ovs-vsctl", "--timeout=5", "show"], record=False):
+        return "ovs-vswitchd is not running"
+    return None
+
+
+@pytest.fixture(scope="module")
+def fabric(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fabric]:
+    runner = CommandRunner()
+    reason = why_skip(runner)
+    if reason:
+        pytest.skip(reason)
+    workdir = tmp_path_factory.mktemp("fattree")
+    topo = FatTreeTopo(4, bw=BW_MBIT)
+    ctl = SwappableController("single_path", topo, free_port(), workdir, runner)
+    net = Network(topo, runner=runner, controller=ctl, workdir=workdir / "net",
+                  ready_timeout=READY_TIMEOUT)
+    t0 = time.time()
+    net.start()
+    fab = Fabric(net, ctl, runner, workdir)
+    fab.figures["single_path"] = {
+        "programmed_s": round(max(ctl.current.ready_at.values()) - t0, 1),
+        "network_up_s": round(time.time() - t0, 1)}
+    try:
+        yield fab
+    finally:
+        for sw in ("E0", "A0", "C0"):  # kept with the test's files, for diagnosis
+            for what in ("dump-flows", "dump-groups", "dump-ports"):
+                res = runner.run(["ovs-ofctl", "-O", "OpenFlow13", what, sw], check=False)
+                (workdir / f"{sw}-{what}.txt").write_text(res.stdout + res.stderr)
+        net.stop()
+        runner.stop_all()
+        print("\nFIGURES " + json.dumps(fab.figures, sort_keys=True))
+
+
+def use(fab: Fabric, app: str) -> dict:
+    """Make app the running controller (unless it already is); return its figures dict."""
+    figs = fab.figures.setdefault(app, {})
+    if fab.ctl.current.app != app:
+        figs["reprogrammed_s"] = round(fab.ctl.swap(app), 1)
+    assert len(fab.ctl.current.ready_at) == 20
+    return figs
+
+
+def tx_packets(intf: str) -> int:
+    """Transmitted packets of a switch port (root namespace)."""
+    return int(Path(f"/sys/class/net/{intf}/statistics/tx_packets").read_text())
+
+
+def uplinks(switch: str) -> dict[str, int]:
+    return {f"{switch}-eth{p}": tx_packets(f"{switch}-eth{p}") for p in (3, 4)}
+
+
+def delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    return {k: after[k] - before[k] for k in before}
+
+
+def ping_all_pairs(fab: Fabric, tag: str) -> dict:
+    """Every host pings every other host twice (16 loops in parallel)."""
+    layout = fab.ctl.current.routes.layout
+    procs = []
+    script = ('for ip in "$@"; do ping -n -q -c 2 -i 0.2 -W 3 "$ip" | sed -n '
+              '"s/^\\([0-9]*\\) packets transmitted, \\([0-9]*\\) rec.*/$ip \\1 \\2/p"; done')
+    for src in layout.hosts:
+        dsts = [h.ip for h in layout.hosts if h.name != src.name]
+        procs.append(fab.runner.spawn(["sh", "-c", script, "sh", *dsts],
+                                      host=fab.net.host(src.name),
+                                      stdout=fab.workdir / f"ping-{tag}-{src.name}.txt"))
+    for p in procs:
+        p.wait(timeout=600)
+        p.stop()
+    out = {"pairs": 0, "sent": 0, "received": 0, "failed": []}
+    for src in layout.hosts:
+        for line in (fab.workdir / f"ping-{tag}-{src.name}.txt").read_text().splitlines():
+            ip, tx, rx = line.split()
+            out["pairs"] += 1
+            out["sent"] += int(tx)
+            out["received"] += int(rx)
+            if int(rx) < int(tx):
+                out["failed"].append(f"{src.name}->{ip}")
+    return out
+
+
+def tcp_flows(fab: Fabric, flows: list[tuple[str, str, str]], tag: str) -> list[dict]:
+    """Run concurrent iperf3 TCP flows (src host, dst host, dst ip) for FLOW_S seconds."""
+    servers, clients = [], []
+    for i, (_src, dst, _ip) in enumerate(flows):
+        servers.append(fab.runner.spawn(["iperf3", "-s", "-1", "-p", str(5201 + i)],
+                                        host=fab.net.host(dst),
+                                        log=fab.workdir / f"iperf3-{tag}-s{i}.log"))
+    time.sleep(1.0)
+    for i, (src, _dst, ip) in enumerate(flows):
+        clients.append(fab.runner.spawn(
+            ["iperf3", "-c", ip, "-p", str(5201 + i), "-t", str(FLOW_S), "-J"],
+            host=fab.net.host(src), stdout=fab.workdir / f"iperf3-{tag}-c{i}.json"))
+    results = []
+    for i, c in enumerate(clients):
+        c.wait(timeout=FLOW_S + 300)
+        c.stop()
+        results.append(json.loads((fab.workdir / f"iperf3-{tag}-c{i}.json").read_text()))
+    for s in servers:
+        s.stop()
+    return results
+
+
+def one_flow(fab: Fabric, figs: dict, watch: Sequence[str]) -> dict[str, dict[str, int]]:
+    """One TCP flow S0 -> S15 (pod 0 -> pod 3); uplink packet counts per watched switch."""
+    before = {sw: uplinks(sw) for sw in watch}
+    res = tcp_flows(fab, [("S0", "S15", "10.3.1.3")], fab.ctl.current.app)
+    counts = {sw: delta(before[sw], uplinks(sw)) for sw in watch}
+    figs["one_flow_mbit"] = round(res[0]["end"]["sum_received"]["bits_per_second"] / 1e6, 2)
+    figs["one_flow_uplink_packets"] = counts
+    assert sum(counts[watch[0]].values()) > 500, counts
+    return counts
+
+
+def check_reachability(fab: Fabric, figs: dict) -> None:
+    pings = ping_all_pairs(fab, fab.ctl.current.app)
+    figs["ping"] = {k: v for k, v in pings.items() if k != "failed"}
+    assert pings["pairs"] == 240, pings
+    assert pings["failed"] == [] and pings["received"] == pings["sent"], pings["failed"][:10]
+
+
+def test_single_path(fabric: Fabric) -> None:
+    figs = use(fabric, "single_path")
+    check_reachability(fabric, figs)
+    counts = one_flow(fabric, figs, ["E0", "A1"])
+    # D-mod-k: S15 is host 15 -> E0 takes ports[15 % 2] = 4 (to A1), A1 ports[7 % 2] = 4
+    e0, a1 = counts["E0"], counts["A1"]
+    assert e0["E0-eth4"] >= 0.99 * sum(e0.values()), e0
+    assert a1["A1-eth4"] >= 0.99 * sum(a1.values()), a1
+    fabric.ctl.check_alive()
+
+
+def test_ecmp(fabric: Fabric) -> None:
+    figs = use(fabric, "ecmp")
+    check_reachability(fabric, figs)
+    e0 = one_flow(fabric, figs, ["E0"])["E0"]
+    assert max(e0.values()) >= 0.99 * sum(e0.values()), e0
+    layout = fabric.ctl.current.routes.layout
+    remote = [h for h in layout.hosts if layout.switch(h.switch).pod != 0][:8]
+    flows = [(src, dst.name, dst.ip) for src, dst in zip(["S0", "S1"] * 4, remote, strict=True)]
+    before = uplinks("E0")
+    tcp_flows(fabric, flows, "ecmp8")
+    eight = delta(before, uplinks("E0"))
+    figs["eight_flows_uplink_packets"] = eight
+    assert min(eight.values()) >= 0.05 * sum(eight.values()), eight
+    fabric.ctl.check_alive()
+
+
+def test_spray(fabric: Fabric) -> None:
+    figs = use(fabric, "spray")
+    assert len(fabric.ctl.current.nft_tables) == 16
+    check_reachability(fabric, figs)
+    counts = one_flow(fabric, figs, ["E0", "A0", "A1", "E7"])
+    figs["chi2_p"] = {}
+    for sw, per_port in counts.items():
+        n = list(per_port.values())
+        assert sum(n) >= 200, (sw, per_port)
+        stat, p = chi_square_uniform(n)
+        figs["chi2_p"][sw] = round(p, 4)
+        assert p > 0.01, (sw, per_port, stat)
+    fabric.ctl.check_alive()
