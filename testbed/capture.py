@@ -33,7 +33,7 @@ from testbed.commands import CommandRunner, Namespaced, Process
 from testbed.errors import InputError, RunError
 
 DEFAULT_SNAPLEN = 128
-READY_TIMEOUT_S = 15.0
+READY_TIMEOUT_S = 60.0
 _STAT = re.compile(r"(\d+) packets? (captured|received by filter|dropped by kernel)")
 
 

@@ -14,7 +14,9 @@ The runner gives all the run's `FlowSpec` s (from `testbed.traffic.patterns`) to
 
 One server per (destination host, protocol) -- ``tcp``/``mptcp`` flow-tool servers and
 ``udp`` sinks -- on consecutive ports from ``base_port``; one client process per source
-host runs all of that host's flows at ``t0 + start_s``.  Files: ``logs/flows-<src>.json``
+host runs all of that host's flows at ``t0 + start_s``.  Servers must print
+"listening" and clients "ready" (Python starts slowly in an emulated VM) before t0 is
+written to a go-file that releases all clients at once.  Files: ``logs/flows-<src>.json``
 (the flows handed to a client), ``logs/flows-<src>.jsonl`` (its records),
 ``logs/flowtool-<role>-<host>-<port>.jsonl`` (server/sink records: bytes received per
 connection or UDP source), ``logs/flowtool-*.log`` (stdout/stderr).
@@ -36,7 +38,7 @@ from testbed.errors import CommandTimeout, InputError, RunError
 from testbed.traffic.flowspec import FlowSpec, base_record, dump_flows, read_records
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-READY_TIMEOUT_S = 30.0
+READY_TIMEOUT_S = 180.0  # Python starts slowly in an emulated (TCG) VM
 STOP_TIMEOUT_S = 15.0
 
 
@@ -53,11 +55,24 @@ def server_argv(port: int, protocol: str, log: Path, python: str | None = None) 
                          str(log), python=python)
 
 
-def client_argv(flows_file: Path, out: Path, t0: float, python: str | None = None
+def client_argv(flows_file: Path, out: Path, go_file: Path, python: str | None = None
                 ) -> list[str]:
-    """The flow-tool client running the flows in flows_file from time origin t0."""
-    return flowtool_argv("client", "--flows", str(flows_file), "--t0", repr(t0), "--out",
-                         str(out), python=python)
+    """The flow-tool client running the flows in flows_file once go_file holds t0."""
+    return flowtool_argv("client", "--flows", str(flows_file), "--go-file", str(go_file),
+                         "--out", str(out), python=python)
+
+
+def _wait_for_lines(procs: Sequence[tuple[Process, Path]], word: str, timeout: float) -> None:
+    deadline = time.time() + timeout
+    for proc, out in procs:
+        while word not in (out.read_text() if out.exists() else ""):
+            if not proc.running():
+                raise RunError(f"flow tool died at start: {' '.join(proc.argv)} "
+                               f"(see {out.with_suffix('.log')})")
+            if time.time() > deadline:
+                raise RunError(f"flow tool not {word.strip(chr(34))} after {timeout:g}s: "
+                               f"{' '.join(proc.argv)}")
+            time.sleep(0.05)
 
 
 def resolve_flows(flows: Sequence[FlowSpec], addr_of: Mapping[str, str],
@@ -151,9 +166,11 @@ class FlowRun:
         return sorted({f.src for f in self.flows})
 
     def start(self, t0: float | None = None, ready_timeout: float = READY_TIMEOUT_S) -> None:
-        """Start servers/sinks, wait until they listen, then start one client per source.
+        """Start servers/sinks and clients, wait until all are ready, then release the
+        clients on time origin t0 (default: that moment).
 
-        t0: the time origin flows' ``start_s`` count from (default: now).
+        The clients' flows start at ``t0 + start_s``; if t0 is already past by then,
+        flows whose start is past begin at once (their records carry the real times).
         """
         self.samples_dir.mkdir(parents=True, exist_ok=True)
         self.logs_dir.mkdir(parents=True, exist_ok=True)
@@ -165,25 +182,25 @@ class FlowRun:
             proc = self.runner.spawn(argv, host=self.hosts[host], stdout=out,
                                      log=self.logs_dir / f"{stem}.log", env=self.env)
             self._servers.append((proc, out))
-        deadline = time.time() + ready_timeout
-        for proc, out in self._servers:
-            while '"listening"' not in (out.read_text() if out.exists() else ""):
-                if not proc.running():
-                    raise RunError(f"flow-tool server died at start: {' '.join(proc.argv)} "
-                                   f"(see {out.with_suffix('.log')})")
-                if time.time() > deadline:
-                    raise RunError(f"flow-tool server not listening after {ready_timeout:g}s: "
-                                   f"{' '.join(proc.argv)}")
-                time.sleep(0.05)
-        self.t0 = time.time() if t0 is None else t0
+        self.go_file = self.logs_dir / f"flowtool-go-{os.getpid()}-{id(self)}"
+        self.go_file.unlink(missing_ok=True)
+        clients = []
         for src in self._src_hosts():
             mine = [f for f in self.flows if f.src == src]
             spec = self.logs_dir / f"flows-{src}.json"
             spec.write_text(dump_flows(mine))
             out = self.logs_dir / f"flows-{src}.jsonl"
+            ready = self.logs_dir / f"flowtool-client-{src}.out"
             self._clients[src] = self.runner.spawn(
-                client_argv(spec, out, self.t0, self.python), host=self.hosts[src],
-                log=self.logs_dir / f"flowtool-client-{src}.log", env=self.env)
+                client_argv(spec, out, self.go_file, self.python), host=self.hosts[src],
+                stdout=ready, log=self.logs_dir / f"flowtool-client-{src}.log", env=self.env)
+            clients.append((self._clients[src], ready))
+        _wait_for_lines(self._servers, '"listening"', ready_timeout)
+        _wait_for_lines(clients, '"ready"', ready_timeout)
+        self.t0 = time.time() if t0 is None else t0
+        tmp = self.go_file.with_suffix(".tmp")
+        tmp.write_text(repr(self.t0) + "\n")
+        tmp.replace(self.go_file)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait for every client to finish; False if some still run after timeout."""

@@ -21,7 +21,8 @@ What each emits:
 * ``sink``: prints the same ``listening`` line; at exit (SIGTERM/SIGINT) one line per
   UDP source: ``peer_addr, peer_port, bytes, packets, lost, t_first, t_last,
   owd_ms_mean`` (one-way delay: hosts share one clock in Mininet).
-* ``client``: one record per flow (see `testbed.traffic.flowspec`) appended to
+* ``client``: with ``--go-file F`` it prints ``{"event": "ready"}`` and waits for F
+  (which holds t0); then one record per flow (see `testbed.traffic.flowspec`) appended to
   ``--out`` as each flow ends; on SIGTERM/SIGINT unfinished flows are written with
   ``error = "interrupted"`` (flows without a size or duration end normally then), so
   every flow gets a record.  UDP flows are CBR: ``rate_bps`` counts UDP payload bits;
@@ -393,6 +394,26 @@ def run_flows(flows: Sequence[FlowSpec], t0: float, out: JsonLines,
 
 
 # -- command line ---------------------------------------------------------------------
+def wait_for_go(path: Path, stop: threading.Event, ready: IO[str] = sys.stdout
+                ) -> float | None:
+    """Print a ready line, wait for path to appear, return the t0 written in it.
+
+    Lets a driver start every client first (Python starts slowly in an emulated VM)
+    and then release them all on one time origin.  None if stopped before.
+    """
+    ready.write(json.dumps({"event": "ready", "role": "client", "t": time.time()}) + "\n")
+    ready.flush()
+    while not stop.is_set():
+        try:
+            text = path.read_text().strip()
+        except OSError:
+            text = ""
+        if text:
+            return float(text)
+        stop.wait(0.01)
+    return None
+
+
 def _stop_on_signals(stop: threading.Event) -> dict[int, Any]:
     """SIGTERM/SIGINT set stop; returns the previous handlers."""
     def handler(_signum: int, _frame: Any) -> None:
@@ -415,6 +436,8 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("client", help="run flows (a --flows file or one flow from options)")
     c.add_argument("--flows", help="JSON list of flows (testbed.traffic.flowspec.dump_flows)")
     c.add_argument("--t0", type=float, default=None, help="time origin (epoch s; default now)")
+    c.add_argument("--go-file", default=None,
+                   help="print a ready line, wait until this file exists, read t0 from it")
     c.add_argument("--out", default="-", help="records (JSON lines); '-' for stdout")
     c.add_argument("--timeout", type=float, default=None, help="stop all flows after this")
     c.add_argument("--dst")
@@ -468,13 +491,18 @@ def _main(a: argparse.Namespace, stop: threading.Event) -> int:
             log.close()
         return 0
     flows = load_flows(Path(a.flows).read_text()) if a.flows else [_single_flow(a)]
+    t0 = a.t0
+    if a.go_file:
+        t0 = wait_for_go(Path(a.go_file), stop)
+        if t0 is None:
+            return 1
     out = JsonLines(a.out)
     if a.timeout:
         timer = threading.Timer(a.timeout, stop.set)
         timer.daemon = True
         timer.start()
     try:
-        records = run_flows(flows, a.t0 if a.t0 is not None else time.time(), out, stop)
+        records = run_flows(flows, t0 if t0 is not None else time.time(), out, stop)
     finally:
         out.close()
     return 1 if any(r["error"] for r in records) else 0

@@ -116,7 +116,7 @@ class IperfRun:
         self._client: Process | None = None
         self.t_start: float | None = None
 
-    def start(self, ready_timeout: float = 20.0) -> None:
+    def start(self, ready_timeout: float = 180.0) -> None:
         """Start the server, wait until it listens (``ss -ltn``), then the client."""
         self.samples_dir.mkdir(parents=True, exist_ok=True)
         self.logs_dir.mkdir(parents=True, exist_ok=True)

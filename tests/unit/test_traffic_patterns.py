@@ -103,8 +103,8 @@ def test_argv_builders() -> None:
          "mptcp", "--log", "l.jsonl"]
     assert server_argv(5002, "udp", Path("s.jsonl"))[3:] == \
         ["sink", "--port", "5002", "--log", "s.jsonl"]
-    assert client_argv(Path("f.json"), Path("o.jsonl"), 12.5)[3:] == \
-        ["client", "--flows", "f.json", "--t0", "12.5", "--out", "o.jsonl"]
+    assert client_argv(Path("f.json"), Path("o.jsonl"), Path("go"))[3:] == \
+        ["client", "--flows", "f.json", "--go-file", "go", "--out", "o.jsonl"]
 
 
 def test_merge_gives_every_flow_a_record() -> None:
