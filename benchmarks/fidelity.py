@@ -95,11 +95,12 @@ def pct(measured: float, configured: float) -> str:
 
 
 def link_table(runner: CommandRunner, workdir: Path, combos: list[tuple[int, int]],
-               seconds: float) -> list[dict[str, Any]]:
+               seconds: float, offloads: bool = False) -> list[dict[str, Any]]:
     """Table 1: the pair network through every (rate, delay) combination."""
     rows = []
     first = LinkShape(bw_bps=combos[0][0] * 10**6, delay_s=combos[0][1] / 1e3)
-    with Network(PairTopo(shape=first), runner=runner, workdir=workdir / "pair") as net:
+    with Network(PairTopo(shape=first), runner=runner, workdir=workdir / "pair",
+                 offloads=offloads) as net:
         h1, h2 = net.host("h1"), net.host("h2")
         for mbit, ms in combos:
             net.set_shape("link", LinkShape(bw_bps=mbit * 10**6, delay_s=ms / 1e3))
@@ -199,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="a subset (about 1 minute)")
     ap.add_argument("--seconds", type=float, default=None, help="iperf3 seconds per test")
     ap.add_argument("--no-multipath", action="store_true", help="skip table 2 (no OVS)")
+    ap.add_argument("--offloads", action="store_true",
+                    help="keep TSO/GSO/GRO on host interfaces (less CPU, coarser loss)")
     ap.add_argument("--json", type=Path, default=None, help="also write results here")
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/testbed-fidelity"))
     args = ap.parse_args(argv)
@@ -213,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     try:
         print("measuring one shaped link ...", flush=True)
-        links = link_table(runner, args.workdir, combos, seconds)
+        links = link_table(runner, args.workdir, combos, seconds, args.offloads)
         paths: list[dict] = []
         if not args.no_multipath:
             print("measuring the two-path network ...", flush=True)

@@ -140,7 +140,10 @@ def iperf3_run(runner: CommandRunner, client: Any, server: Any, server_addr: str
         for _ in range(50):  # the server needs a moment to listen
             res = runner.run(argv, host=client, timeout=seconds + 60, check=False)
             if res.returncode == 0:
-                return json.loads(res.stdout)
+                data = json.loads(res.stdout)
+                if data.get("error"):
+                    raise AssertionError(f"iperf3: {data['error']}")
+                return data
             if "Connection refused" not in res.stdout + res.stderr:
                 raise AssertionError(f"iperf3 failed: {res.stdout[-500:]} {res.stderr[-500:]}")
             time.sleep(0.1)
@@ -177,9 +180,10 @@ def netdev_bytes(pid: int, intf: str) -> tuple[int, int]:
 
 def binomial_interval(n: int, p: float, level: float = 0.99) -> tuple[int, int]:
     """The central interval [lo, hi] holding at least ``level`` of Binomial(n, p)."""
-    from math import comb
+    from math import exp, lgamma, log
 
-    pmf = [comb(n, k) * p**k * (1 - p) ** (n - k) for k in range(n + 1)]
+    pmf = [exp(lgamma(n + 1) - lgamma(k + 1) - lgamma(n - k + 1) + k * log(p)
+               + (n - k) * log(1 - p)) for k in range(n + 1)]
     tail = (1 - level) / 2
     lo, acc = 0, 0.0
     while acc + pmf[lo] < tail:
