@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import importlib
 import math
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -225,6 +226,26 @@ def resolve_addresses(flows: list[Any], addr_of: dict[str, str],
     return resolve_flows(pinned, addr_of, via_addr)
 
 
+def mptcp_roles(exp: Experiment, flows: list[Any], hosts: list[str]) -> dict[str, str]:
+    """The MPTCP path-manager role of each host: ``client`` opens extra subflows from its
+    own addresses (``subflow`` endpoints), ``server`` announces them (``signal``) and
+    accepts up to 8 from the peer.
+
+    On a multipath topology the ``client`` host is the multi-homed one: it takes the
+    ``client`` role when it opens MPTCP connections (uploads) and the ``server`` role
+    when it only accepts them (downloads: the server then opens a subflow to each
+    address the client announces). The single-homed ``server`` host is always
+    ``server``. On other topologies every host is a ``client``.
+    """
+    if not isinstance(exp.topology, MultipathTopology):
+        return dict.fromkeys(hosts, "client")
+    mptcp = [f for f in flows if f.protocol == "mptcp"]
+    opens = any(f.src == "client" for f in mptcp)
+    accepts = any(f.dst == "client" for f in mptcp)
+    return {h: ("client" if h == "client" and (opens or not accepts) else "server")
+            for h in hosts}
+
+
 def flow_sender_hosts(flows: list[Any]) -> list[str]:
     """Hosts that send TCP/MPTCP data (where cwnd sampling makes sense)."""
     return sorted({f.src for f in flows if f.protocol in ("tcp", "mptcp")})
@@ -290,13 +311,19 @@ DEB_PACKAGES = ("mininet", "openvswitch-switch", "tshark", "tcpdump", "iproute2"
                 "mptcpize", "nftables")
 
 
-def parse_dpkg_versions(text: str) -> dict[str, str]:
-    """``<package> <version>`` lines (dpkg-query output) -> dict (missing ones left out)."""
+def parse_dpkg_status(text: str, packages: tuple[str, ...] = DEB_PACKAGES) -> dict[str, str]:
+    """Installed versions of packages from ``/var/lib/dpkg/status`` text (others left out)."""
     out = {}
-    for line in text.splitlines():
-        name, _, version = line.strip().partition(" ")
-        if name and version:
-            out[name] = version
+    for stanza in text.split("\n\n"):
+        fields = {}
+        for line in stanza.splitlines():
+            key, sep, value = line.partition(": ")
+            if sep and not line.startswith(" "):
+                fields[key] = value.strip()
+        name = fields.get("Package")
+        if name in packages and "installed" in fields.get("Status", "").split() \
+                and "Version" in fields:
+            out[name] = fields["Version"]
     return out
 
 
@@ -321,25 +348,24 @@ def git_revision(repo: Path) -> str | None:
 @functools.lru_cache(maxsize=1)
 def host_facts() -> dict[str, Any]:
     """Kernel, tool and package versions, the git revision: what a reader needs to trust a
-    result. Computed once per process (the same for every run of a sweep)."""
+    result. Computed once per process (the same for every run of a sweep); ``git_dirty``
+    is None inside `testbed vm` (git status re-reads every file there: minutes)."""
     import platform
 
     from testbed import __version__
 
-    runner = CommandRunner()
     repo = Path(__file__).resolve().parents[1]
     dirty = None
+    if os.environ.get("TESTBED_IN_VM") != "1":  # git re-reads every file over the VM's 9p
+        try:
+            res = CommandRunner().run(["git", "-C", str(repo), "status", "--porcelain",
+                                       "--untracked-files=no"], check=False, timeout=20)
+            dirty = bool(res.stdout.strip()) if res.returncode == 0 else None
+        except Exception:  # facts must never cost the run
+            dirty = None
     try:
-        res = runner.run(["git", "-C", str(repo), "status", "--porcelain",
-                          "--untracked-files=no"], check=False, timeout=120)
-        dirty = bool(res.stdout.strip()) if res.returncode == 0 else None
-    except Exception:  # facts must never cost the run
-        dirty = None
-    try:
-        res = runner.run(["dpkg-query", "-W", "-f", "${Package} ${Version}\n",
-                          *DEB_PACKAGES], check=False, timeout=60)
-        debs = parse_dpkg_versions(res.stdout)
-    except Exception:
+        debs = parse_dpkg_status(Path("/var/lib/dpkg/status").read_text(errors="replace"))
+    except OSError:
         debs = {}
     try:
         from mininet.net import VERSION as mininet_version
@@ -408,16 +434,21 @@ def _finite(value: Any) -> Any:
 # the controller
 
 
-def make_controller(exp: Experiment, topo: Any, bundle: Bundle) -> Any:
-    """The controller hook for `Network` (fat-tree), or None."""
+def make_controller(exp: Experiment, topo: Any, bundle: Bundle,
+                    runner: CommandRunner | None = None) -> Any:
+    """The controller hook for `Network` (fat-tree), or None.
+
+    exp: the spec; topo: its topology; bundle: where the controller logs go; runner: the
+    run's command runner (so the controller's commands land in the transcript).
+    """
     kind = exp.controller_kind()
     if kind == "none":
         return None
     from controllers import canonical_app
     from controllers.launcher import ControllerProcess
 
-    return ControllerProcess(canonical_app(kind), topo.layout, CONTROLLER_PORT,
-                             bundle.logs_dir / "controller.log")
+    return ControllerProcess(canonical_app(kind), topo, CONTROLLER_PORT,
+                             bundle.logs_dir / "controller.log", runner=runner)
 
 
 # ---------------------------------------------------------------------------------------
@@ -504,16 +535,16 @@ def _run_network(exp: Experiment, plan: Any, bundle: Bundle, meta: dict[str, Any
     from testbed.traffic.ping import PingRun
 
     tl.enter("set-up")
-    controller = make_controller(exp, topo, bundle)
+    controller = make_controller(exp, topo, bundle, runner)
     workdir = bundle.logs_dir / "network"
     with Network(topo, runner=runner, controller=controller, workdir=workdir) as net:
         meta["interfaces"] = net.interface_map()
         meta["links"] = net.describe()
-        multipath = isinstance(exp.topology, MultipathTopology)
         peer_mh = bool(getattr(topo, "server_multihomed", False))
         meta["transport"] = {}
+        roles = mptcp_roles(exp, flows, hosts)
         for h in hosts:
-            role = "server" if multipath and h == "server" else "client"
+            role = roles[h]
             host = net.host(h)
             meta["transport"][h] = configure_host(runner, host, ts, host_interfaces(host),
                                                   role=role, peer_multihomed=peer_mh)
@@ -649,7 +680,7 @@ def dry_run_commands(plan: Any, run_dir: Path) -> CommandRunner:
     for host, argv in getattr(topo, "setup_commands", list)():
         runner.run(argv, host=fake[host])
     ts = transport_settings(exp)
-    multipath = isinstance(exp.topology, MultipathTopology)
+    roles = mptcp_roles(exp, flows, hosts)
     for h in hosts:
         values = {"net.ipv4.tcp_congestion_control": exp.transport.cc,
                   **buffer_sysctls(ts.rmem, ts.wmem), **check_sysctls(ts.sysctl)}
@@ -657,8 +688,7 @@ def dry_run_commands(plan: Any, run_dir: Path) -> CommandRunner:
             runner.run(sysctl_write_argv(key, value), host=fake[h])
         if ts.protocol == "mptcp":
             ifaces = _topo_interfaces(topo, h)
-            role = "server" if multipath and h == "server" else "client"
-            for step in plan_mptcp(ts, [HostInterface(n, a) for n, a in ifaces], role,
+            for step in plan_mptcp(ts, [HostInterface(n, a) for n, a in ifaces], roles[h],
                                    bool(getattr(topo, "server_multihomed", False))):
                 runner.run(list(step.argv), host=fake[h])
     for h, intf in capture_targets(exp, topo, hosts):

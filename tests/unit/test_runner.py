@@ -14,7 +14,8 @@ from testbed.runner import (
     dry_run_commands,
     git_revision,
     host_addresses,
-    parse_dpkg_versions,
+    mptcp_roles,
+    parse_dpkg_status,
     parse_sysctl,
     path_addresses,
     ping_targets,
@@ -182,7 +183,7 @@ def test_dry_run_records_the_commands_without_running_them(tmp_path):
     assert "tc qdisc add dev s2-eth1 root handle 1: netem" in text
     assert "# in client: mnexec -a 0 sysctl -q -w net.ipv4.tcp_congestion_control=reno" \
         in text
-    assert "ip mptcp endpoint add 10.0.2.1 dev client-eth1 subflow" in text
+    assert "ip mptcp endpoint add 10.0.2.1 dev client-eth1 signal" in text  # a download
     assert f"-w {tmp_path / p.run_id}/pcap/client-client-eth1.pcap" in text
     assert "flowtool server --port 5001 --protocol tcp" in text
     assert "ping -D -O -n -i 0.1 -s 56 -W 1 -c 20 -I 10.0.2.1 10.0.100.1" in text
@@ -199,8 +200,10 @@ def test_dry_run_fattree(tmp_path):
 def test_small_parsers(tmp_path):
     assert parse_sysctl("net.ipv4.tcp_rmem = 4096\t131072 6291456\nbad line\n") == {
         "net.ipv4.tcp_rmem": "4096\t131072 6291456"}
-    assert parse_dpkg_versions("tshark 4.0.17\nmininet 2.3.0-1\nbroken\n") == {
-        "tshark": "4.0.17", "mininet": "2.3.0-1"}
+    status = ("Package: tshark\nStatus: install ok installed\nVersion: 4.0.17\n\n"
+              "Package: mininet\nStatus: deinstall ok config-files\nVersion: 2.3.0-1\n\n"
+              "Package: bash\nStatus: install ok installed\nVersion: 5.2\n")
+    assert parse_dpkg_status(status) == {"tshark": "4.0.17"}
     (tmp_path / ".git" / "refs" / "heads").mkdir(parents=True)
     (tmp_path / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
     (tmp_path / ".git" / "refs" / "heads" / "main").write_text("abc123\n")
@@ -209,3 +212,18 @@ def test_small_parsers(tmp_path):
     (tmp_path / ".git" / "packed-refs").write_text("# pack\ndef456 refs/heads/main\n")
     assert git_revision(tmp_path) == "def456"
     assert git_revision(tmp_path / "nope") is None
+
+
+def test_mptcp_roles_follow_who_opens_the_connections():
+    p = plan(MULTI)
+    flows = plan_flows(p.spec, p.seed, ["client", "server"])
+    # the only MPTCP flow is a download: the client accepts and announces its paths
+    assert mptcp_roles(p.spec, flows, ["client", "server"]) == {"client": "server",
+                                                               "server": "server"}
+    data = copy.deepcopy(MULTI)
+    data["workload"][2].update(src="client", dst="server")   # an upload
+    p = plan(data)
+    flows = plan_flows(p.spec, p.seed, ["client", "server"])
+    assert mptcp_roles(p.spec, flows, ["client", "server"])["client"] == "client"
+    pf = plan(FAT)
+    assert set(mptcp_roles(pf.spec, [], ["S0", "S1"]).values()) == {"client"}
