@@ -20,8 +20,13 @@ and flows.  Limits: the listener side's subflows carry the same token scheme; a 
 whose connection fell back to TCP keeps the ULP with a remote token of 0 (its MPTCP
 socket is flagged ``fallback``, copied into ``mptcp_fallback``); sockets that close
 between two samples are simply absent; ``ss`` has no per-subflow data-sequence view.
-``ss`` is spawned once per sample (``mnexec`` + ``ss``), so the real period is the
-interval or the command's run time if longer (the rows carry their own times).
+Two modes.  ``loop`` (default): one bash loop runs inside the host for the whole
+sampling (``ss``, then ``sleep interval``, each sample after a ``# t=$EPOCHREALTIME``
+line), so no ``mnexec`` or Python work happens per sample; its raw file is parsed into
+``cwnd.jsonl`` when the sampler stops.  ``spawn``: a thread runs ``mnexec ... ss`` per
+sample and writes rows as it goes.  Either way the real period is the interval plus
+the time ``ss`` takes (much longer than 50 ms in an overloaded emulated VM); every row
+carries its own time.
 """
 
 from __future__ import annotations
@@ -51,6 +56,36 @@ _CC = re.compile(r"^[a-z][a-z0-9_]*$")
 def ss_argv() -> list[str]:
     """``ss -tinHM``: TCP and MPTCP sockets, internal info, numeric, no header."""
     return ["ss", "-tinHM"]
+
+
+LOOP_SCRIPT = ('while :; do printf \'# t=%s\\n\' "$EPOCHREALTIME"; ss -tinHM; '
+               'sleep "$1"; done')
+
+
+def loop_argv(interval: float) -> list[str]:
+    """A bash loop printing ``# t=<epoch>`` and ``ss -tinHM`` every interval seconds."""
+    return ["bash", "-c", LOOP_SCRIPT, "testbed-sampler", f"{interval:g}"]
+
+
+def split_samples(text: str) -> list[tuple[float, str]]:
+    """Raw sampler output -> (time, ss text) per sample; a torn last sample is dropped."""
+    out: list[tuple[float, str]] = []
+    t: float | None = None
+    buf: list[str] = []
+    for line in text.splitlines(keepends=True):
+        if line.startswith("# t="):
+            if t is not None:
+                out.append((t, "".join(buf)))
+            try:
+                t = float(line[4:].split()[0].replace(",", "."))
+            except (ValueError, IndexError):
+                t = None
+            buf = []
+        elif t is not None:
+            buf.append(line)
+    if t is not None and text.endswith("\n"):
+        out.append((t, "".join(buf)))
+    return out
 
 
 def parse_rate(text: str) -> float | None:
@@ -219,29 +254,43 @@ def cwnd_rows(entries: Iterable[dict[str, Any]], t: float, host: str,
 
 
 class Sampler:
-    """Samples ``ss -tinHM`` in a host every ``interval`` seconds on a thread.
+    """Samples ``ss -tinHM`` in a host every ``interval`` seconds.
 
     runner: command runner; host: Mininet host (the sender); samples_dir: the bundle's
     samples/; interval: seconds (default 0.05); ports: keep only sockets using these
-    ports (None: all).
+    ports (None: all); mode: ``loop`` (one bash loop in the host) or ``spawn`` (one
+    ``ss`` command per sample from a thread).
     """
 
     def __init__(self, runner: CommandRunner, host: Namespaced, samples_dir: Path,
-                 interval: float = DEFAULT_INTERVAL, ports: Iterable[int] | None = None):
+                 interval: float = DEFAULT_INTERVAL, ports: Iterable[int] | None = None,
+                 mode: str = "loop"):
+        if mode not in ("loop", "spawn"):
+            raise ValueError(f"sampler mode {mode!r}: use 'loop' or 'spawn'")
         self.runner, self.host = runner, host
         self.samples_dir = Path(samples_dir)
         self.interval = interval
         self.ports = set(ports) if ports is not None else None
+        self.mode = mode
         self.raw_path = self.samples_dir / f"ss-{host.name}.txt"
         self.rows_path = self.samples_dir / "cwnd.jsonl"
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._proc: Any = None
+        self._offset = 0
         self.samples = 0
         self.rows = 0
         self.errors = 0
 
+    def _write_rows(self, rows: list[dict[str, Any]]) -> None:
+        if rows:
+            with open(self.rows_path, "a") as f:
+                for r in rows:
+                    f.write(json.dumps(r, sort_keys=True) + "\n")
+        self.rows += len(rows)
+
     def sample_once(self) -> list[dict[str, Any]]:
-        """Take one sample now; return its rows (also written to the files)."""
+        """Take one sample now (``spawn`` mode's step); return its rows (also written)."""
         t = time.time()
         res = self.runner.run(ss_argv(), host=self.host, record=self.samples == 0,
                               check=False, timeout=10)
@@ -251,12 +300,8 @@ class Sampler:
         rows = cwnd_rows(parse_ss(res.stdout), t, self.host.name, self.ports)
         with open(self.raw_path, "a") as raw:
             raw.write(f"# t={t:.6f} host={self.host.name}\n{res.stdout}")
-        if rows:
-            with open(self.rows_path, "a") as f:
-                for r in rows:
-                    f.write(json.dumps(r, sort_keys=True) + "\n")
+        self._write_rows(rows)
         self.samples += 1
-        self.rows += len(rows)
         return rows
 
     def _loop(self) -> None:
@@ -275,14 +320,34 @@ class Sampler:
     def start(self) -> None:
         """Start sampling in the background."""
         self.samples_dir.mkdir(parents=True, exist_ok=True)
+        if self.mode == "loop":
+            self._offset = self.raw_path.stat().st_size if self.raw_path.exists() else 0
+            self._proc = self.runner.spawn(loop_argv(self.interval), host=self.host,
+                                           stdout=self.raw_path.with_suffix(".part"),
+                                           log=self.raw_path.with_suffix(".log"))
+            return
         self._thread = threading.Thread(target=self._loop, name=f"sampler-{self.host.name}",
                                         daemon=True)
         self._thread.start()
 
+    def _collect_loop(self) -> None:
+        part = self.raw_path.with_suffix(".part")
+        text = part.read_text(errors="replace") if part.exists() else ""
+        with open(self.raw_path, "a") as raw:
+            raw.write(text)
+        part.unlink(missing_ok=True)
+        for t, chunk in split_samples(text):
+            self.samples += 1
+            self._write_rows(cwnd_rows(parse_ss(chunk), t, self.host.name, self.ports))
+
     def stop(self) -> dict[str, Any]:
         """Stop sampling; return counts (samples, rows, errors, mean period)."""
         self._stop.set()
+        if self._proc is not None:
+            self._proc.stop()
+            self._proc = None
+            self._collect_loop()
         if self._thread is not None:
             self._thread.join(timeout=15)
-        return {"host": self.host.name, "samples": self.samples, "rows": self.rows,
-                "errors": self.errors, "interval_s": self.interval}
+        return {"host": self.host.name, "mode": self.mode, "samples": self.samples,
+                "rows": self.rows, "errors": self.errors, "interval_s": self.interval}

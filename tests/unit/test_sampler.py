@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from testbed.commands import Result
-from testbed.sampler import Sampler, cwnd_rows, parse_info, parse_rate, parse_ss, split_endpoint
+from testbed.commands import CommandRunner, Result
+from testbed.sampler import (
+    Sampler,
+    cwnd_rows,
+    loop_argv,
+    parse_info,
+    parse_rate,
+    parse_ss,
+    split_endpoint,
+    split_samples,
+)
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "transport"
 
@@ -101,7 +111,7 @@ class FakeSs:
 
 def test_sampler_writes_raw_and_rows(tmp_path: Path) -> None:
     fake = FakeSs((DATA / "ss_tinM_client_tcp_reno.txt").read_text())
-    s = Sampler(fake, Host(), tmp_path, interval=0.01, ports={5202})
+    s = Sampler(fake, Host(), tmp_path, interval=0.01, ports={5202}, mode="spawn")
     s.sample_once()
     s.sample_once()
     assert fake.calls[0] == (["ss", "-tinHM"], True) and fake.calls[1][1] is False
@@ -111,3 +121,29 @@ def test_sampler_writes_raw_and_rows(tmp_path: Path) -> None:
     s.start()
     stats = s.stop()
     assert stats["samples"] >= 3 and stats["errors"] == 0
+
+
+def test_split_samples_drops_a_torn_tail() -> None:
+    text = "# t=1.5\nA\nB\n# t=2.5\n# t=3.5\nC"
+    assert split_samples(text) == [(1.5, "A\nB\n"), (2.5, "")]
+    assert split_samples(text + "\n") == [(1.5, "A\nB\n"), (2.5, ""), (3.5, "C\n")]
+    assert loop_argv(0.05)[:2] == ["bash", "-c"] and loop_argv(0.05)[-1] == "0.05"
+
+
+class LocalRunner(CommandRunner):
+    """Runs host commands in this namespace (no root needed)."""
+
+    def spawn(self, argv, *, host=None, **kw):
+        return super().spawn(argv, **kw)
+
+
+def test_loop_mode_runs_one_process_and_parses_at_stop(tmp_path: Path) -> None:
+    runner = LocalRunner()
+    s = Sampler(runner, Host(), tmp_path, interval=0.05)
+    s.start()
+    time.sleep(0.6)
+    stats = s.stop()
+    assert stats["mode"] == "loop" and stats["samples"] >= 2, stats
+    assert (tmp_path / "ss-client.txt").read_text().count("# t=") >= stats["samples"]
+    assert not (tmp_path / "ss-client.part").exists()
+    assert [e.kind for e in runner.transcript.entries].count("spawn") == 1
