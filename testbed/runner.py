@@ -591,7 +591,7 @@ def _run_network(exp: Experiment, plan: Any, bundle: Bundle, meta: dict[str, Any
         meta.update(node_dumps(runner, net, hosts, bundle.logs_dir,
                                openflow=controller is not None))
         if controller is not None:
-            meta["controller"] = {"kind": exp.controller_kind(), "port": CONTROLLER_PORT}
+            meta["controller"] = {"kind": exp.controller_kind(), **controller.describe()}
     meta["network_cleanup"] = net.cleanup_report
 
 
@@ -673,6 +673,7 @@ def dry_run_commands(plan: Any, run_dir: Path) -> CommandRunner:
     addr_of, via_addr = host_addresses(topo), path_addresses(exp, topo)
     flows = resolve_addresses(flows, addr_of, via_addr)
     switches = set(topo.switches())
+    _dry_run_controller(runner, exp, topo, run_dir)
     for link in link_groups(topo).values():
         for eg in link.egress:
             for argv in sh.setup_commands(eg.intf, link.shape):
@@ -721,6 +722,32 @@ def dry_run_commands(plan: Any, run_dir: Path) -> CommandRunner:
                 runner.run(sh.link_state_command(eg.intf, ev.change.up),
                            host=fake[eg.node] if eg.in_namespace else None)
     return runner
+
+
+def _dry_run_controller(runner: CommandRunner, exp: Experiment, topo: Any,
+                        run_dir: Path) -> None:
+    """The controller's command line and (spray) its nftables tables, as a run makes them."""
+    kind = exp.controller_kind()
+    if kind == "none":
+        return
+    import sys
+
+    from controllers import canonical_app
+    from controllers.launcher import controller_argv
+    from controllers.paths import compute_routes
+    from controllers.rules import spray_nft_script
+
+    app = canonical_app(kind)
+    log = run_dir / "logs" / "controller.log"
+    runner.spawn(controller_argv(sys.executable, app, CONTROLLER_PORT,
+                                 log.with_name(log.name + ".layout.json"),
+                                 log.with_name(log.name + ".status.jsonl")))
+    if app == "spray":
+        routes = compute_routes(topo.layout)
+        for sw in topo.layout.switches:
+            script = spray_nft_script(routes, sw.name)
+            if script is not None:
+                runner.run(["nft", "-f", "-"], input=script)
 
 
 def _topo_interfaces(topo: Any, host: str) -> list[tuple[str, str]]:

@@ -195,6 +195,11 @@ def test_dry_run_fattree(tmp_path):
     text = dry_run_commands(p, tmp_path).transcript.as_shell()
     assert text.count("tcpdump -i") == 16
     assert "flowtool client" in text
+    assert "-m controllers ecmp --port 6653" in text and "nft -f -" not in text
+    spray = copy.deepcopy(FAT)
+    spray["controller"] = {"kind": "spray"}
+    text = dry_run_commands(plan(spray), tmp_path).transcript.as_shell()
+    assert "-m controllers spray --port 6653" in text and "nft -f -" in text
 
 
 def test_small_parsers(tmp_path):
