@@ -272,6 +272,9 @@ def run_row(bundle: Bundle) -> dict[str, Any]:
         "error": meta.get("error"),
         "path": str(bundle.root),
     }
+    for phase, secs in (meta.get("timing") or {}).items():
+        if phase != "done":
+            row[f"{phase.replace('-', '')}_s"] = secs
     for key, value in (meta.get("params") or {}).items():
         row[key] = value
     headline: dict[str, Any] = {}

@@ -48,6 +48,7 @@ class FakeRunner:
         self.calls.append(plan.run_id)
         phase("set-up")
         meta["kernel"] = "fake"
+        meta["timing"] = {"set-up": 1.5, "teardown": 0.5, "done": 0.0}
         atomic_write_text(bundle.transcript_path, "{}\n")
         (bundle.pcap_dir / "client-eth0.pcap").write_bytes(b"\0" * 24)
         if plan.index in self.interrupt:
@@ -89,6 +90,7 @@ def test_a_sweep_writes_complete_bundles_and_a_summary(tmp_path):
     assert set(summary["status"]) == {COMPLETE}
     assert sorted(summary["topology.paths.1.bw"]) == ["2Mbit", "2Mbit", "4Mbit", "4Mbit"]
     assert "goodput_bps" in summary.columns
+    assert list(summary["setup_s"]) == [1.5] * 4 and "done_s" not in summary.columns
 
 
 def test_resume_skips_complete_runs(tmp_path):
