@@ -12,7 +12,9 @@
 Files: ``pcap/<node>-<intf>.pcap`` (``<node>`` is the host name, or the switch name for
 a root-namespace port such as ``s1-eth1``), ``logs/tcpdump-<node>-<intf>.log``.
 
-tcpdump runs with ``-U`` (packet-buffered writes), ``-n``, ``-Z root`` (no privilege
+tcpdump runs with ``-U`` (packet-buffered writes), ``-B 16384`` (a 16 MiB kernel
+buffer: in a CPU-starved emulated VM the default 2 MiB overflowed and dropped packets),
+``-n``, ``-Z root`` (no privilege
 drop, so it can write wherever the bundle is) and snaplen 128 by default, which keeps
 Ethernet + IPv4 + TCP with 40 bytes of options (MPTCP DSS/ADD_ADDR included).  It is
 started before the workload and readiness is its "listening on" line on stderr
@@ -33,20 +35,23 @@ from testbed.commands import CommandRunner, Namespaced, Process
 from testbed.errors import InputError, RunError
 
 DEFAULT_SNAPLEN = 128
+DEFAULT_BUFFER_KIB = 16384  # tcpdump -B: absorbs bursts while tcpdump is starved of CPU
 READY_TIMEOUT_S = 60.0
 _STAT = re.compile(r"(\d+) packets? (captured|received by filter|dropped by kernel)")
 
 
 def tcpdump_argv(intf: str, path: Path, snaplen: int = DEFAULT_SNAPLEN,
-                 bpf_filter: list[str] | None = None) -> list[str]:
+                 bpf_filter: list[str] | None = None,
+                 buffer_kib: int = DEFAULT_BUFFER_KIB) -> list[str]:
     """tcpdump argv writing interface intf to path.
 
-    snaplen: bytes kept per packet; bpf_filter: optional filter expression tokens.
+    snaplen: bytes kept per packet; bpf_filter: optional filter expression tokens;
+    buffer_kib: kernel capture buffer (``-B``).
     """
     if not 64 <= snaplen <= 262144:
         raise InputError(f"capture.snaplen: {snaplen}; use 64..262144")
-    return ["tcpdump", "-i", intf, "-s", str(snaplen), "-U", "-n", "-Z", "root",
-            "-w", str(path), *(bpf_filter or [])]
+    return ["tcpdump", "-i", intf, "-s", str(snaplen), "-B", str(buffer_kib), "-U", "-n",
+            "-Z", "root", "-w", str(path), *(bpf_filter or [])]
 
 
 def parse_tcpdump_stats(text: str) -> dict[str, int | None]:
