@@ -437,26 +437,31 @@ def _one_run(plan: Any, out: Path, execute: Execute, progress: Progress,
              ) -> tuple[str, str | None, float, Exception | None]:
     """Run one plan into a fresh bundle; return (status, error, wall seconds, exception)."""
     bundle = Bundle(out / plan.run_id)
-    if bundle.root.exists():
-        if recover is not None and bundle.status() == RUNNING:
-            recover(bundle)
-        move_aside(out, bundle)
-    bundle.create()
-    atomic_write_text(bundle.spec_path, plan.resolved_toml())
     t_start = time.time()
     meta: dict[str, Any] = {
         "run_id": plan.run_id, "name": plan.spec.name, "status": RUNNING,
         "repetition": plan.repetition, "seed": plan.seed, "params": dict(plan.params),
         "started": now_iso(t_start), "t_started": t_start, **extra_meta,
     }
-    bundle.write_metadata(meta)
+    fresh = False  # only a bundle made here may be marked (an old attempt stays as it is)
     try:
+        if bundle.root.exists():
+            if recover is not None and bundle.status() == RUNNING:
+                recover(bundle)
+            move_aside(out, bundle)
+        bundle.create()
+        fresh = True
+        atomic_write_text(bundle.spec_path, plan.resolved_toml())
+        bundle.write_metadata(meta)
         headline = execute(plan, bundle, meta, progress.phase)
     except (KeyboardInterrupt, SystemExit):
-        _finish(bundle, meta, INTERRUPTED, "interrupted (Ctrl-C or SIGTERM); cleanup finished",
-                t_start)
+        if fresh:
+            _finish(bundle, meta, INTERRUPTED,
+                    "interrupted (Ctrl-C or SIGTERM); cleanup finished", t_start)
         raise
     except Exception as exc:
+        if not fresh:
+            raise
         error = str(exc) if isinstance(exc, TestbedError) else f"{type(exc).__name__}: {exc}"
         _finish(bundle, meta, FAILED, error, t_start, exc)
         return FAILED, error, time.time() - t_start, exc

@@ -195,6 +195,24 @@ def test_sigterm_inside_a_run_marks_it_interrupted(tmp_path):
     assert statuses(tmp_path)[plans()[0].run_id] == INTERRUPTED
 
 
+def test_an_interrupt_before_the_run_starts_still_marks_it(tmp_path, monkeypatch):
+    import testbed.results as R
+
+    real = R.atomic_write_text
+    calls = []
+
+    def flaky(path, text):
+        calls.append(path)
+        if len(calls) == 1:  # Ctrl-C while spec.toml is written
+            raise KeyboardInterrupt
+        real(path, text)
+
+    monkeypatch.setattr(R, "atomic_write_text", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(plans(), tmp_path, FakeRunner())
+    assert statuses(tmp_path)[plans()[0].run_id] == INTERRUPTED
+
+
 def test_a_run_left_running_is_recovered_before_it_is_redone(tmp_path):
     run_sweep(plans()[:1], tmp_path, FakeRunner())
     b = Bundle(tmp_path / plans()[0].run_id)
