@@ -127,6 +127,15 @@ def _num(s: pd.Series) -> pd.Series:
     return pd.to_numeric(s, errors="coerce")
 
 
+def _select_runs(df: pd.DataFrame, run_filter: dict | None) -> pd.DataFrame | None:
+    """Rows of the runs whose parameters match run_filter; None if a key is unknown."""
+    for k, v in (run_filter or {}).items():
+        if k not in df:
+            return None
+        df = df[df[k].astype(str) == str(v)]
+    return df
+
+
 def workload_rate(flows: pd.DataFrame, workload: str, run_filter: dict | None = None
                   ) -> float | None:
     """Mean throughput (bit/s) of the flows of one workload (summed per run, then averaged).
@@ -135,12 +144,8 @@ def workload_rate(flows: pd.DataFrame, workload: str, run_filter: dict | None = 
     """
     if flows.empty or "workload" not in flows:
         return None
-    sel = flows[flows["workload"] == workload]
-    for k, v in (run_filter or {}).items():
-        if k not in sel:
-            return None
-        sel = sel[sel[k].astype(str) == str(v)]
-    if sel.empty:
+    sel = _select_runs(flows[flows["workload"] == workload], run_filter)
+    if sel is None or sel.empty:
         return None
     per_run = sel.groupby("run_id").apply(
         lambda g: (_num(g["bytes"]).sum() * 8)
@@ -148,37 +153,27 @@ def workload_rate(flows: pd.DataFrame, workload: str, run_filter: dict | None = 
     return float(per_run.mean())
 
 
-def window_rate(spec_out: Path, t_from: float, t_to: float, kind: str = "connection",
-                run_filter: dict | None = None, key_filter: str | None = None) -> float | None:
+def window_rate(spec_out: Path, t_from: float, t_to: float,
+                run_filter: dict | None = None) -> float | None:
     """Average delivered rate (bit/s) in [t_from, t_to) seconds after the run's start.
 
-    Sums the goodput series of every flow of that kind (per run), averaged over runs.
+    Sums the goodput series of every top-level flow per run -- TCP/UDP flows ("flow") and
+    MPTCP connections ("connection"; their subflows are not added again) -- then averages
+    over the runs that match run_filter (a run without data in the window counts as 0).
     """
     ts = run_table(spec_out, "timeseries")
     if ts.empty:
         return None
-    sel = ts[ts["kind"] == kind]
-    if sel.empty and kind == "connection":
-        sel = ts[ts["kind"] == "flow"]
-    if key_filter is not None:
-        sel = sel[sel["key"].astype(str).str.contains(key_filter, regex=False)]
-    for k, v in (run_filter or {}).items():
-        if k not in sel:
-            return None
-        sel = sel[sel[k].astype(str) == str(v)]
-    if sel.empty:
+    sel = _select_runs(ts[ts["kind"].isin(["flow", "connection"])], run_filter)
+    if sel is None or sel.empty:
         return None
     t_rel = _num(sel["t_rel"])
     sel = sel[(t_rel >= t_from - 1e-9) & (t_rel < t_to - 1e-9)]
     rate = _num(sel["goodput_bps"]).fillna(_num(sel["rate_bps"]))
     sel = sel.assign(_bits=rate * _num(sel["bin_s"]))
     per_run = sel.groupby("run_id")["_bits"].sum() / (t_to - t_from)
-    runs = {r.name for r in _complete_runs(spec_out)}
-    if run_filter:
-        all_ts = ts
-        for k, v in run_filter.items():
-            all_ts = all_ts[all_ts[k].astype(str) == str(v)]
-        runs = set(all_ts["run_id"])
+    matching = _select_runs(ts, run_filter)
+    runs = set(matching["run_id"]) if matching is not None else set()
     per_run = per_run.reindex(sorted(runs), fill_value=0.0)
     return float(per_run.mean()) if len(per_run) else None
 
