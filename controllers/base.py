@@ -70,6 +70,7 @@ class FabricApp(app_manager.OSKenApp):
         self.switches = fabric.routes.layout.by_dpid()
         self.pending: dict[int, tuple[int, int]] = {}  # dpid -> (barrier xid, messages sent)
         self.ports_seen: dict[int, set[int]] = {}  # dpid -> ports in port-desc replies so far
+        self.programmed: set[int] = set()  # switches this process has programmed before
 
     def report(self, event: str, dpid: int, **fields: Any) -> None:
         """Append one status line (and log it)."""
@@ -83,19 +84,26 @@ class FabricApp(app_manager.OSKenApp):
 
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
     def on_switch_features(self, ev: Any) -> None:
-        """A switch connected: send its whole rule set, then a barrier."""
+        """A switch connected: send its whole rule set, then a barrier.
+
+        The first time, the switch is wiped first (it may hold another app's rules); on a
+        reconnect (e.g. OVS's inactivity probe timed out on a loaded machine) the same
+        rules are re-sent without the wipe, so traffic keeps flowing.
+        """
         dp = ev.msg.datapath
         sw = self.switches.get(dp.id)
         if sw is None:
             self.report("error", dp.id, detail=f"DPID {dp.id:016x} is not in the layout")
             return
-        msgs = rule_messages(dp, self.policy(self.fabric.routes, sw.name))
+        refresh = dp.id in self.programmed
+        msgs = rule_messages(dp, self.policy(self.fabric.routes, sw.name), refresh=refresh)
         for msg in msgs:
             dp.send_msg(msg)
         barrier = dp.ofproto_parser.OFPBarrierRequest(dp)
         dp.send_msg(barrier)
+        self.programmed.add(dp.id)
         self.pending[dp.id] = (barrier.xid, len(msgs))
-        self.report("programming", dp.id, messages=len(msgs))
+        self.report("programming", dp.id, messages=len(msgs), refresh=refresh)
 
     @set_ev_cls(ofp_event.EventOFPPortDescStatsReply, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
     def on_port_desc(self, ev: Any) -> None:

@@ -48,6 +48,17 @@ def controller_argv(python: str, app: str, port: int, layout_file: Path,
             "--layout", str(layout_file), "--status", str(status_file)]
 
 
+def inactivity_probe_argv(bridges: Sequence[str], probe_ms: int) -> list[str]:
+    """One ``ovs-vsctl`` call setting the controller inactivity probe of every bridge.
+
+    bridges: OVS bridge names (each with exactly one controller); probe_ms: milliseconds.
+    """
+    argv = ["ovs-vsctl", "--timeout=60"]
+    for br in bridges:
+        argv += ["--", "set", "controller", br, f"inactivity_probe={int(probe_ms)}"]
+    return argv
+
+
 def parse_proc_net_tcp(text: str) -> set[tuple[str, int]]:
     """Listening (address, port) pairs from ``/proc/net/tcp`` text (IPv4, host byte order).
 
@@ -116,14 +127,17 @@ class ControllerProcess:
     topo_desc: a `FabricLayout`, a `FatTreeTopo`, ``"fattree,4"`` or a layout dict;
     port: OpenFlow TCP port on 127.0.0.1; log: the controller's log file (default: a new
     temporary directory); runner: the `CommandRunner` used for every command;
-    start_timeout: seconds to wait for the controller to listen.
+    start_timeout: seconds to wait for the controller to listen; inactivity_probe_ms: what
+    `post_switch_start` sets as OVS's controller inactivity probe (OVS's 5 s default drops
+    the connection when a loaded machine delays an echo reply; None leaves it alone).
     Raises `InputError` subclasses for an unknown app or a topology it cannot route.
     """
 
     protocols = "OpenFlow13"
 
     def __init__(self, app: str, topo_desc: Any, port: int = 6653, log: Path | None = None,
-                 *, runner: CommandRunner | None = None, start_timeout: float = 300.0):
+                 *, runner: CommandRunner | None = None, start_timeout: float = 300.0,
+                 inactivity_probe_ms: int | None = 30000):
         self.app = canonical_app(app)
         self.routes: Routes = compute_routes(layout_for(topo_desc))
         self.port = int(port)
@@ -135,6 +149,7 @@ class ControllerProcess:
         self.layout_file = self.log.with_name(self.log.name + ".layout.json")
         self.runner = runner or CommandRunner()
         self.start_timeout = start_timeout
+        self.inactivity_probe_ms = inactivity_probe_ms
         self.proc: Process | None = None
         self._stopped = False
         self.started_at: float | None = None
@@ -223,7 +238,13 @@ class ControllerProcess:
             time.sleep(0.1)
 
     def post_switch_start(self, net: Any) -> None:
-        """Spray: refuse a userspace datapath (nftables marks need the kernel datapath)."""
+        """Relax OVS's inactivity probe; spray: refuse a userspace datapath.
+
+        net: the `Network` (unused: the bridges are the layout's switches).
+        """
+        if self.inactivity_probe_ms is not None:
+            self.runner.run(inactivity_probe_argv([s.name for s in self.routes.layout.switches],
+                                                  self.inactivity_probe_ms), timeout=120)
         if self.app != "spray" or not self.spray_switches:
             return
         bridge = self.spray_switches[0]

@@ -32,11 +32,18 @@ def to_action(dp: Any, action: dict) -> Any:
     raise RuleFormatError(f"unknown action type {kind!r}")
 
 
-def to_messages(dp: Any, rule: Rule) -> list[Any]:
-    """One rule description -> the os-ken messages that implement it, in order."""
+def to_messages(dp: Any, rule: Rule, refresh: bool = False) -> list[Any]:
+    """One rule description -> the os-ken messages that implement it, in order.
+
+    refresh: the switch already holds this rule set (a reconnect): skip the reset and
+    modify groups in place, so forwarding never stops (re-adding a flow with the same
+    match and priority replaces it atomically).
+    """
     ofp, parser = dp.ofproto, dp.ofproto_parser
     kind = rule["kind"]
     if kind == "reset":
+        if refresh:
+            return []
         return [
             parser.OFPFlowMod(dp, table_id=ofp.OFPTT_ALL, command=ofp.OFPFC_DELETE,
                               out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY,
@@ -50,7 +57,8 @@ def to_messages(dp: Any, rule: Rule) -> list[Any]:
         buckets = [parser.OFPBucket(weight=1, watch_port=ofp.OFPP_ANY, watch_group=ofp.OFPG_ANY,
                                     actions=[to_action(dp, a) for a in bucket])
                    for bucket in rule["buckets"]]
-        return [parser.OFPGroupMod(dp, command=ofp.OFPGC_ADD, type_=ofp.OFPGT_SELECT,
+        command = ofp.OFPGC_MODIFY if refresh else ofp.OFPGC_ADD
+        return [parser.OFPGroupMod(dp, command=command, type_=ofp.OFPGT_SELECT,
                                    group_id=int(rule["group_id"]), buckets=buckets)]
     if kind == "flow":
         actions = [to_action(dp, a) for a in rule["actions"]]
@@ -62,6 +70,9 @@ def to_messages(dp: Any, rule: Rule) -> list[Any]:
     raise RuleFormatError(f"unknown rule kind {kind!r}")
 
 
-def rule_messages(dp: Any, rules: list[Rule]) -> list[Any]:
-    """All messages for a rule list, in order (without the final barrier)."""
-    return [msg for rule in rules for msg in to_messages(dp, rule)]
+def rule_messages(dp: Any, rules: list[Rule], refresh: bool = False) -> list[Any]:
+    """All messages for a rule list, in order (without the final barrier).
+
+    refresh: see `to_messages`.
+    """
+    return [msg for rule in rules for msg in to_messages(dp, rule, refresh)]

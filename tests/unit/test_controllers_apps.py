@@ -173,6 +173,22 @@ def test_single_path_uses_one_port_per_destination_and_all_cores(routes) -> None
     assert used_cores == {"C0", "C1", "C2", "C3"}
 
 
+@pytest.mark.parametrize("name", sorted(CLASSES))
+def test_reconnect_refreshes_without_wiping(name: str, routes) -> None:
+    app = CLASSES[name](fabric=FabricContext(routes, None))
+    first = connect(app, 0x10000).sent
+    again = connect(app, 0x10000).sent
+    ofp = ofproto_v1_3
+    assert not any(message_kind(m) == "OFPFlowMod" and m.command == ofp.OFPFC_DELETE
+                   for m in again)
+    assert not any(message_kind(m) == "OFPGroupMod" and m.command == ofp.OFPGC_DELETE
+                   for m in again)
+    assert len(again) == len(first) - 2                 # the reset pair is gone
+    groups = [m for m in again if message_kind(m) == "OFPGroupMod"]
+    assert all(m.command == ofp.OFPGC_MODIFY for m in groups)
+    assert len(groups) == (1 if name == "ecmp" else 0)
+
+
 def test_spray_marks_cover_every_next_hop(routes) -> None:
     for rule in POLICIES["spray"](routes, "E0"):
         if rule["kind"] == "flow" and "pkt_mark" in rule["match"]:

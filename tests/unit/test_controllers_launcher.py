@@ -17,6 +17,7 @@ from controllers import UnknownAppError, app_module, canonical_app, layout_for
 from controllers.launcher import (
     ControllerProcess,
     controller_argv,
+    inactivity_probe_argv,
     is_listening,
     parse_proc_net_tcp,
     parse_status,
@@ -35,6 +36,12 @@ def test_controller_argv() -> None:
                            Path("/r/c.status.jsonl")) == [
         "/py", "-m", "controllers", "ecmp", "--port", "6653",
         "--layout", "/r/c.layout.json", "--status", "/r/c.status.jsonl"]
+
+
+def test_inactivity_probe_argv() -> None:
+    assert inactivity_probe_argv(["E0", "A0"], 30000) == [
+        "ovs-vsctl", "--timeout=60", "--", "set", "controller", "E0", "inactivity_probe=30000",
+        "--", "set", "controller", "A0", "inactivity_probe=30000"]
 
 
 def test_parse_proc_net_tcp() -> None:
