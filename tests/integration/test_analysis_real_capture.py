@@ -95,7 +95,7 @@ def _flow(ca: CaptureAnalysis, cport: int, sport: int) -> pd.Series:
 def _tshark_checks(pcap: Path, row: pd.Series, cport: int) -> pd.DataFrame:
     runner = CommandRunner()
     filt = f"tcp.port == {cport}"
-    fields = ("tcp.srcport", "frame.len", "tcp.len", "tcp.analysis.retransmission",
+    fields = ("tcp.srcport", "frame.len", "tcp.seq", "tcp.len", "tcp.analysis.retransmission",
               "tcp.analysis.out_of_order", "mptcp.dsn")
     df = tshark.parse_fields(runner.run(tshark.fields_argv(
         pcap, fields, ("mptcp.analyze_mappings:TRUE",), filt), timeout=300).stdout, fields)
@@ -103,9 +103,36 @@ def _tshark_checks(pcap: Path, row: pd.Series, cport: int) -> pd.DataFrame:
     assert (row.frames_fwd, row.frames_rev) == (int(fwd.sum()), int((~fwd).sum()))
     assert row.frame_bytes_fwd == df.loc[fwd, "frame.len"].astype(int).sum()
     assert row.frame_bytes_rev == df.loc[~fwd, "frame.len"].astype(int).sum()
-    assert row.retransmissions == int((df["tcp.analysis.retransmission"] != "").sum())
-    assert row.reordered_packets == int((df["tcp.analysis.out_of_order"] != "").sum())
+    retrans, ooo, ambiguous = _tshark_labels(df)
+    # every data segment behind the highest sequence number is one or the other, in both tools
+    assert row.retransmissions + row.reordered_packets == int(retrans.sum() + ooo.sum())
+    # and they may differ only on first copies that tshark calls retransmissions
+    assert abs(row.retransmissions - int(retrans.sum())) <= int(ambiguous.sum())
     return df
+
+
+def _tshark_labels(df: pd.DataFrame) -> tuple[pd.Series, pd.Series, pd.Series]:
+    """tshark's retransmission and out-of-order flags with its known mislabelling fixed, and
+    the frames on which the two tools may legitimately disagree.
+
+    tshark calls a segment "out-of-order" when it is behind the highest sequence number and
+    arrives sooner than an RTT after it (Wireshark issue 13843), even when the very same bytes
+    (same seq and length, same direction) were already captured: on loopback the kernel
+    sometimes sends a segment twice within microseconds.  Such an exact duplicate carries no new
+    data, so RFC 4737 (and our analysis) counts it as a retransmission, not a reordered packet.
+
+    The *first* copy of a segment that is behind is ambiguous: either the original, delayed
+    (reordering), or a retransmission whose original was never captured.  tshark guesses from
+    duplicate ACKs and timing; we call it a retransmission only when its TCP timestamp shows it
+    was sent after the segment it arrived behind.  On loopback they all share one 1 ms timestamp
+    tick, so the first copies tshark calls retransmissions are returned as ``ambiguous``.
+    """
+    retrans = df["tcp.analysis.retransmission"] != ""
+    ooo = df["tcp.analysis.out_of_order"] != ""
+    data = df["tcp.len"].astype(int) > 0
+    dup = df[["tcp.srcport", "tcp.seq", "tcp.len"]].duplicated() & data
+    fixed = ooo & dup & ~retrans
+    return retrans | fixed, ooo & ~fixed, retrans & data & ~dup
 
 
 def test_tcp_loopback_capture_matches_tshark(tmp_path):
@@ -132,3 +159,21 @@ def test_mptcp_loopback_capture_dsn_matches_tshark(tmp_path):
     conn = ca.connections[ca.connections["token"] == row.mptcp_token].iloc[0]
     assert conn["data_bytes"] == NBYTES
     assert conn["dsn_reordered_packets"] == 0
+
+
+@pytest.mark.parametrize(("name", "ours", "tshark_ooo"), [
+    ("loopback_duplicate_segment.pcap", (2, 2), 3),
+    ("loopback_fast_retransmission.pcap", (2, 2), 2),
+])
+def test_loopback_cases_where_tshark_differs(name, ours, tshark_ooo):
+    """Real loopback captures (each seen in about one run in ten) where tshark's labels differ.
+
+    In the first, Linux sent one segment twice back to back (frames 46/47) and tshark flags both
+    copies out-of-order; in the second, two segments were each captured twice after a gap and
+    tshark calls the first copy of one a fast retransmission.  See ``_tshark_labels``.
+    """
+    pcap = Path(__file__).parents[1] / "data" / "analysis" / name
+    row = CaptureAnalysis.of(pcap).flow_rows.iloc[0]
+    assert (row.retransmissions, row.reordered_packets) == ours
+    df = _tshark_checks(pcap, row, int(row.sport))
+    assert int((df["tcp.analysis.out_of_order"] != "").sum()) == tshark_ooo
