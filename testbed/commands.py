@@ -16,6 +16,7 @@ Typical use::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -32,6 +33,8 @@ from typing import IO, Protocol
 from testbed.errors import CommandError, CommandTimeout, MissingFeatureError
 
 DEFAULT_TIMEOUT = 60.0
+# a line that always fails: no interface name can contain "/" (see `BatchShell`)
+BATCH_SENTINEL = {"tc": "qdisc show dev tb/ack", "ip": "link show dev tb/ack"}
 STDERR_TAIL = 2000
 
 
@@ -62,7 +65,7 @@ class TranscriptEntry:
     where: str
     returncode: int | None
     duration: float
-    kind: str = "run"  # run | spawn | stop | dry-run
+    kind: str = "run"  # run | spawn | stop | dry-run | batch (a `BatchShell` started)
     stderr_tail: str = ""
 
 
@@ -88,7 +91,7 @@ class Transcript:
         lines = ["#!/bin/sh", "# commands run by the testbed, in order"]
         with self._lock:
             for e in self.entries:
-                if e.kind == "stop":
+                if e.kind in ("stop", "batch"):  # a batch shell's commands are listed one by one
                     continue
                 prefix = "" if e.where == "root" else f"# in {e.where}: "
                 suffix = " &" if e.kind == "spawn" else ""
@@ -155,6 +158,115 @@ class Process:
         self._runner.transcript.add(TranscriptEntry(time.time(), self.argv, self.where, rc, 0.0,
                                                     kind="stop"))
         return rc
+
+
+class BatchShell:
+    """A long-lived ``tc -force -batch -`` or ``ip -force -batch -`` in one namespace.
+
+    Starting a program costs a fork and an exec (about 0.4 s each in a software-emulated
+    VM), too slow for link changes that must land within milliseconds of their planned
+    time.  A batch shell is started once; `run` writes the commands as lines to its stdin
+    and returns when iproute2 has executed them.  Completion is confirmed by a sentinel
+    line that always fails (a device name with a ``/``, which no interface can have):
+    iproute2 reports ``Command failed -:N`` on stderr for every failing line, in order, so
+    the sentinel's report means every earlier line has been executed, and the reports
+    before it name the lines that failed.  Each command is recorded in the transcript as
+    if it had been run on its own.
+    """
+
+    def __init__(self, runner: CommandRunner, tool: str, host: Namespaced | None = None):
+        if tool not in BATCH_SENTINEL:
+            raise ValueError(f"no batch shell for {tool!r}")
+        self.tool = tool
+        self.host = host
+        self._runner = runner
+        self._where = host.name if host is not None else "root"
+        self._line = 0
+        self._lock = threading.Lock()
+        self._buf = b""
+        argv = in_namespace([tool, "-force", "-batch", "-"], host)
+        try:
+            popen = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, bufsize=0, start_new_session=True)
+        except FileNotFoundError as exc:
+            raise MissingFeatureError(
+                f"'{argv[0]}' is not installed; run `make install` (scripts/install)") from exc
+        self.process = Process(popen, argv, self._where, runner, None)
+        runner._track(self.process)
+        runner.transcript.add(TranscriptEntry(time.time(), argv, self._where, None, 0.0,
+                                              kind="batch"))
+
+    def running(self) -> bool:
+        return self.process.running()
+
+    def run(self, cmds: Sequence[Sequence[str]], timeout: float = 10.0) -> float:
+        """Execute cmds (each starting with this shell's tool); return the wall time when
+        the last one had been executed.  Raises `CommandError` naming the first failing
+        command, `CommandTimeout` if the shell does not answer within timeout."""
+        import select
+
+        lines = []
+        for argv in cmds:
+            if not argv or argv[0] != self.tool:
+                raise ValueError(f"{self.tool} batch shell given {list(argv)!r}")
+            if any((not a) or any(c.isspace() for c in a) for a in argv):
+                raise ValueError(f"batch argument with whitespace in {list(argv)!r}")
+            lines.append(" ".join(argv[1:]))
+        with self._lock:
+            first = self._line + 1
+            self._line += len(lines) + 1
+            sentinel = self._line
+            t0 = time.time()
+            popen = self.process.popen
+            assert popen.stdin is not None and popen.stderr is not None
+            try:
+                popen.stdin.write(("\n".join([*lines, BATCH_SENTINEL[self.tool]]) + "\n").encode())
+            except BrokenPipeError as exc:
+                raise CommandError(self.process.argv, popen.poll() or -1,
+                                   "the batch shell has exited", self._where) from exc
+            failed: dict[int, str] = {}
+            message: list[str] = []
+            deadline = t0 + timeout
+            while True:
+                while b"\n" not in self._buf:
+                    left = deadline - time.time()
+                    ready = select.select([popen.stderr], [], [], max(left, 0))[0]
+                    chunk = popen.stderr.read(65536) if ready else b""
+                    if not chunk:
+                        self.process.stop()
+                        why = "no answer" if not ready else "the batch shell exited"
+                        raise CommandTimeout(self.process.argv, timeout, why, self._where)
+                    self._buf += chunk
+                raw, self._buf = self._buf.split(b"\n", 1)
+                text = raw.decode(errors="replace")
+                if text.startswith("Command failed -:"):
+                    n = int(text.rsplit(":", 1)[1])
+                    if n == sentinel:
+                        break
+                    failed[n] = "\n".join(message)
+                    message = []
+                else:
+                    message.append(text)
+            t_done = time.time()
+        dur = t_done - t0
+        for i, argv in enumerate(cmds):
+            rc = 1 if first + i in failed else 0
+            self._runner.transcript.add(TranscriptEntry(
+                t0, in_namespace(argv, self.host), self._where, rc, dur,
+                stderr_tail=failed.get(first + i, "")[-STDERR_TAIL:]))
+        for i, argv in enumerate(cmds):
+            if first + i in failed:
+                raise CommandError(in_namespace(argv, self.host), 1,
+                                   failed[first + i][-STDERR_TAIL:], self._where)
+        return t_done
+
+    def stop(self) -> None:
+        if self.process.popen.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.process.popen.stdin.close()
+        self.process.stop()
+        if self.process.popen.stderr is not None:
+            self.process.popen.stderr.close()
 
 
 class CommandRunner:
@@ -294,6 +406,14 @@ class CommandRunner:
             self._procs.append(proc)
         self.transcript.add(TranscriptEntry(t0, full, where, None, 0.0, kind="spawn"))
         return proc
+
+    def batch_shell(self, tool: str, host: Namespaced | None = None) -> BatchShell:
+        """A long-lived ``tc``/``ip`` batch process in host's namespaces (see `BatchShell`)."""
+        return BatchShell(self, tool, host)
+
+    def _track(self, proc: Process) -> None:
+        with self._lock:
+            self._procs.append(proc)
 
     def _forget(self, proc: Process) -> None:
         with self._lock:

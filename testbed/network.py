@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed import shaping as sh
-from testbed.commands import CommandRunner
+from testbed.commands import BatchShell, CommandRunner
 from testbed.errors import CommandError, InputError, MissingFeatureError, RunError
 from testbed.schedule import ScheduleEvent, SchedulePlayer
 
@@ -286,7 +286,7 @@ class Network:
         self._old_handlers: dict[int, Any] = {}
         self._started = False
         self._stopped = False
-        self._batch_no = 0
+        self._shells: dict[tuple[str, str], BatchShell] = {}
 
     # -- context manager --------------------------------------------------------------
     def __enter__(self) -> Network:
@@ -552,7 +552,12 @@ class Network:
         The player is stopped when the network stops.
         """
         for ev in events:
-            self.link(ev.link)
+            link = self.link(ev.link)
+            if not self.runner.dry_run:  # start the batch shells now, not at the first event
+                for eg in link.egress:
+                    self._shell(eg.node if eg.in_namespace else None, "tc")
+                for eg in link.updown:
+                    self._shell(eg.node if eg.in_namespace else None, "ip")
         if log is None and self.workdir is not None:
             log = self.workdir / "samples" / "events.jsonl"
         player = SchedulePlayer(self.apply, events, time.time() if t0 is None else t0, log)
@@ -571,23 +576,28 @@ class Network:
         self._write_manifest()
         self.runner.run(["nft", "-f", "-"], input=f"table {family} {name} {{\n{body}\n}}\n")
 
+    def _shell(self, node: str | None, tool: str) -> BatchShell:
+        """The long-lived ``tool -batch`` process for node (None: the root namespace)."""
+        key = (node or "", tool)
+        shell = self._shells.get(key)
+        if shell is None or not shell.running():
+            shell = self.runner.batch_shell(tool, self.node(node) if node else None)
+            self._shells[key] = shell
+        return shell
+
     def _run_batch(self, node: str | None, cmds: list[list[str]]) -> None:
-        host = self.node(node) if node else None
-        if len(cmds) == 1:
-            self.runner.run(cmds[0], host=host)
+        """Run tc / ip commands through the node's batch shells (no fork per change)."""
+        if self.runner.dry_run:
+            for argv in cmds:
+                self.runner.run(argv, host=self.node(node) if node else None)
             return
-        tools = {c[0] for c in cmds}
-        for tool in sorted(tools):
-            part = [c for c in cmds if c[0] == tool]
-            text = sh.batch_text(part)
-            if self.workdir is not None:
-                self._batch_no += 1
-                path = self.workdir / "batches" / f"{self._batch_no:04d}-{node or 'root'}.{tool}"
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(text)
-                self.runner.run([tool, "-batch", str(path)], host=host)
-            else:
-                self.runner.run([tool, "-batch", "-"], host=host, input=text)
+        for tool in sorted({c[0] for c in cmds}):
+            self._shell(node, tool).run([c for c in cmds if c[0] == tool])
+
+    def _stop_shells(self) -> None:
+        for shell in self._shells.values():
+            shell.stop()
+        self._shells.clear()
 
     # -- stop -------------------------------------------------------------------------
     def stop(self) -> None:
@@ -618,6 +628,7 @@ class Network:
     def _stop_players(self) -> None:
         for p in self._players:
             p.stop()
+        self._stop_shells()
 
     def _stop_host_processes(self) -> None:
         names = set(self.manifest.hosts)

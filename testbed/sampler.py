@@ -139,7 +139,7 @@ def parse_info(text: str) -> dict[str, Any]:
     return info
 
 
-def _socket_line(line: str) -> dict[str, Any] | None:
+def _socket_line(line: str, default_netid: str) -> dict[str, Any] | None:
     tok = line.split()
     if not tok or tok[0] in ("Netid", "State"):
         return None
@@ -150,7 +150,7 @@ def _socket_line(line: str) -> dict[str, Any] | None:
         return None
     src, sport = split_endpoint(tok[3])
     dst, dport = split_endpoint(tok[4])
-    return {"netid": netid or "tcp", "state": tok[0], "recv_q": _num(tok[1]),
+    return {"netid": netid or default_netid, "state": tok[0], "recv_q": _num(tok[1]),
             "send_q": _num(tok[2]), "src_addr": src, "sport": sport, "dst_addr": dst,
             "dport": dport, "_info": []}
 
@@ -191,8 +191,11 @@ def _typed(entry: dict[str, Any], info: dict[str, Any]) -> None:
         entry["mptcp_flags"] = info.get("flags")
 
 
-def parse_ss(text: str) -> list[dict[str, Any]]:
+def parse_ss(text: str, netid: str = "tcp") -> list[dict[str, Any]]:
     """Sockets in ``ss -tin[M]`` output (with or without header / Netid column); pure.
+
+    netid: the socket kind when the output has no Netid column: ``ss -ti`` lists TCP
+    sockets, ``ss -Mai`` (pass ``"mptcp"``) only MPTCP ones.
 
     Each entry: netid (tcp | mptcp), state, recv_q, send_q, src_addr, sport, dst_addr,
     dport, cc, cwnd, ssthresh, srtt_ms, rttvar_ms, minrtt_ms, bytes_acked, bytes_sent,
@@ -210,7 +213,7 @@ def parse_ss(text: str) -> list[dict[str, Any]]:
             if cur is not None:
                 cur["_info"].append(line.strip())
             continue
-        new = _socket_line(line)
+        new = _socket_line(line, netid)
         if new is not None:
             cur = new
             entries.append(cur)

@@ -284,6 +284,7 @@ def run_stream_flow(flow: FlowSpec, stop: threading.Event) -> dict[str, Any]:
         if flow.bind_addr:
             s.bind((flow.bind_addr, 0))
         s.settimeout(CONNECT_TIMEOUT_S)
+        rec["start"] = time.time()  # the FCT starts with the SYN, not with socket set-up
         s.connect((flow.dst_addr, flow.dport))
         rec["t_connected"] = time.time()
         rec["src_addr"], rec["sport"] = s.getsockname()[:2]

@@ -137,17 +137,18 @@ def iperf3_run(runner: CommandRunner, client: Any, server: Any, server_addr: str
         elif omit:
             argv += ["-O", str(omit)]
         argv += list(extra)
-        for _ in range(50):  # the server needs a moment to listen
-            res = runner.run(argv, host=client, timeout=seconds + 60, check=False)
-            if res.returncode == 0:
-                data = json.loads(res.stdout)
-                if data.get("error"):
-                    raise AssertionError(f"iperf3: {data['error']}")
-                return data
-            if "Connection refused" not in res.stdout + res.stderr:
-                raise AssertionError(f"iperf3 failed: {res.stdout[-500:]} {res.stderr[-500:]}")
+        deadline = time.time() + 60  # a slow (emulated) VM takes a while to start iperf3
+        while not runner.run(["ss", "-Hltn", f"sport = :{port}"], host=server,
+                             check=False, record=False).stdout.strip():
+            if time.time() > deadline or not srv.running():
+                raise AssertionError(f"iperf3 server on port {port} never listened")
             time.sleep(0.1)
-        raise AssertionError("iperf3 server never listened")
+        res = runner.run(argv, host=client, timeout=seconds + 60, check=False)
+        data = json.loads(res.stdout) if res.stdout.strip().startswith("{") else {}
+        if res.returncode != 0 or data.get("error"):
+            raise AssertionError(f"iperf3 failed: {data.get('error') or res.stdout[-500:]} "
+                                 f"{res.stderr[-500:]}")
+        return data
     finally:
         srv.stop()
 

@@ -82,11 +82,32 @@ def snapshot(runner: CommandRunner) -> dict[str, object]:
     }
 
 
+def _ppid(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None  # gone
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def _left_behind(before: dict, after: dict) -> set[tuple[int, str]]:
+    """New processes that could be ours: not the test itself, still alive, and not the
+    child of a daemon that was already running (udevd forks workers for every veth the
+    network creates; they exit on their own and were never the testbed's)."""
+    me = os.getpid()
+    daemons = {pid for pid, _ in before["procs"]} - {1, me}
+    left = set()
+    for pid, name in after["procs"] - before["procs"]:
+        ppid = _ppid(pid)
+        if pid != me and ppid is not None and ppid not in daemons:
+            left.add((pid, name))
+    return left
+
+
 def assert_same(before: dict, after: dict) -> None:
     for key in ("links", "netns", "bridges", "qdiscs", "nft"):
         assert after[key] == before[key], f"{key} differ"
-    me = os.getpid()
-    new = {p for p in after["procs"] - before["procs"] if p[0] != me}
+    new = _left_behind(before, after)
     assert not new, f"processes left behind: {sorted(new)}"
 
 

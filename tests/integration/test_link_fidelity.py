@@ -54,16 +54,31 @@ def test_tcp_reaches_the_rate(net: Network, measure) -> None:
 
 def test_loss_matches_binomial_and_resets_to_zero(net: Network, measure) -> None:
     net.set_shape("link", SHAPE.changed(loss_pct=5.0))
+    sent0, dropped0 = _netem_counts(net)
     res = measure.iperf3(net.runner, net.host("h1"), net.host("h2"), "10.0.0.2",
                          seconds=6, udp_rate="2M")
+    sent1, dropped1 = _netem_counts(net)
     n, lost = res["end"]["sum"]["packets"], res["end"]["sum"]["lost_packets"]
+    # what netem itself did on h1-eth0 in the meantime (also iperf3's control traffic)
+    k_in, k_drop = sent1 - sent0 + dropped1 - dropped0, dropped1 - dropped0
     lo, hi = measure.binomial_interval(n, 0.05)
+    why = (f"iperf3: {lost} of {n} lost, 99 % interval [{lo}, {hi}]; "
+           f"netem dropped {k_drop} of {k_in}")
     assert n > 1000
-    assert lo <= lost <= hi, f"{lost} of {n} lost, 99 % interval [{lo}, {hi}]"
+    assert lo <= lost <= hi, why
     net.set_shape("link", SHAPE.changed(loss_pct=0.0))
     res = measure.iperf3(net.runner, net.host("h1"), net.host("h2"), "10.0.0.2",
                          seconds=3, udp_rate="2M")
     assert res["end"]["sum"]["lost_packets"] == 0
+
+
+def _netem_counts(net: Network) -> tuple[int, int]:
+    """(packets sent, packets dropped) by the netem qdisc on h1-eth0."""
+    out = net.runner.run(["tc", "-s", "qdisc", "show", "dev", "h1-eth0"],
+                         host=net.host("h1")).stdout
+    m = re.search(r"qdisc netem 1: root.*?Sent \d+ bytes (\d+) pkt \(dropped (\d+)", out, re.S)
+    assert m, out
+    return int(m.group(1)), int(m.group(2))
 
 
 def _sent_packets(net: Network) -> int:

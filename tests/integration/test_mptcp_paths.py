@@ -153,7 +153,7 @@ def test_mptcp_two_paths_beat_tcp_on_the_better_path(net: Network, tmp_path: Pat
     keep_text(json.dumps(figures, indent=1), "figures_mptcp_2paths.json")
 
     # the MPTCP socket in `ss -Mai`, and its two subflows (same token) carrying data
-    msk = [e for e in parse_ss(ss_mai) if e["mptcp_token"] == mp["mptcp_token"]]
+    msk = [e for e in parse_ss(ss_mai, netid="mptcp") if e["mptcp_token"] == mp["mptcp_token"]]
     assert msk and msk[0]["netid"] == "mptcp"
     subs = [e for e in parse_ss(ss_tin)
             if e["netid"] == "tcp" and e["mptcp_token"] == mp["mptcp_token"]]

@@ -108,7 +108,7 @@ class StarTopo(Topo):
             ip = f"10.0.0.{i + 1}/24"
             self.addHost(name, ip=ip)
             if name == "hr":
-                self.addLink(name, "s1", port1=0, params1={"ip": ip}, name="bottleneck",
+                self.addLink(name, "s1", port1=0, params1={"ip": ip}, link_name="bottleneck",
                              shape=shape, shape_ends=("s1",), **mininet_params(shape))
             else:
                 self.addLink(name, "s1", port1=0, params1={"ip": ip})

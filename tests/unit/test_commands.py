@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from testbed.commands import CommandRunner, in_namespace
+from testbed.commands import CommandRunner, in_namespace, which
 from testbed.errors import CommandError, CommandTimeout, MissingFeatureError
 
 
@@ -85,3 +85,27 @@ def test_dry_run_records_without_running(tmp_path):
 def test_call_streams_and_returns_code():
     r = CommandRunner()
     assert r.call([sys.executable, "-c", "raise SystemExit(7)"]) == 7
+
+
+@pytest.mark.skipif(which("tc") is None or which("ip") is None, reason="iproute2 missing")
+def test_batch_shell_runs_reports_failures_per_command_and_stops() -> None:
+    runner = CommandRunner()
+    tc = runner.batch_shell("tc")
+    show = ["tc", "qdisc", "show", "dev", "lo"]
+    tc.run([show, show])
+    with pytest.raises(CommandError, match="nosuch0"):
+        tc.run([show, ["tc", "qdisc", "show", "dev", "nosuch0"], show])
+    tc.run([show])  # still usable after a failure
+    ip = runner.batch_shell("ip")
+    ip.run([["ip", "link", "show", "dev", "lo"]])
+    with pytest.raises(ValueError):
+        ip.run([show])  # a tc command given to the ip shell
+    entries = [(e.kind, e.argv[-1], e.returncode) for e in runner.transcript.entries]
+    assert entries == [("batch", "-", None), ("run", "lo", 0), ("run", "lo", 0),
+                       ("run", "lo", 0), ("run", "nosuch0", 1), ("run", "lo", 0),
+                       ("run", "lo", 0), ("batch", "-", None), ("run", "lo", 0)]
+    assert "-batch" not in runner.transcript.as_shell()
+    assert len(runner.running()) == 2
+    tc.stop()
+    ip.stop()
+    assert runner.running() == [] and not tc.running()

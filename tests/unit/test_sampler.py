@@ -93,6 +93,15 @@ def test_rows_filter_by_port() -> None:
     assert parse_ss("") == []
 
 
+def test_ss_mptcp_only_output_has_no_netid_column() -> None:
+    """``ss -Mai`` lists only MPTCP sockets and prints no Netid column (iproute2 6.1)."""
+    entries = parse_ss((DATA / "ss_Mai_loopback.txt").read_text(), netid="mptcp")
+    assert [(e["netid"], e["state"], e["mptcp_token"]) for e in entries] == [
+        ("mptcp", "ESTAB", "4f0d0e1c"), ("mptcp", "ESTAB", "222c9c47"),
+        ("mptcp", "LISTEN", None)]
+    assert (entries[0]["sport"], entries[0]["dport"]) == (53872, 50237)
+
+
 @dataclass
 class Host:
     name: str = "client"
