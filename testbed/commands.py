@@ -33,8 +33,10 @@ from typing import IO, Protocol
 from testbed.errors import CommandError, CommandTimeout, MissingFeatureError
 
 DEFAULT_TIMEOUT = 60.0
-# a line that always fails: no interface name can contain "/" (see `BatchShell`)
-BATCH_SENTINEL = {"tc": "qdisc show dev tb/ack", "ip": "link show dev tb/ack"}
+# a line that always fails, in user space: an object neither tool knows (see `BatchShell`).
+# Not a missing device: the kernel would then try to load a module named after it
+# ("netdev-<name>"), which runs modprobe and takes about 0.5 s in an emulated VM.
+BATCH_SENTINEL = {"tc": "tb-ack", "ip": "tb-ack"}
 STDERR_TAIL = 2000
 
 
@@ -167,10 +169,10 @@ class BatchShell:
     VM), too slow for link changes that must land within milliseconds of their planned
     time.  A batch shell is started once; `run` writes the commands as lines to its stdin
     and returns when iproute2 has executed them.  Completion is confirmed by a sentinel
-    line that always fails (a device name with a ``/``, which no interface can have):
-    iproute2 reports ``Command failed -:N`` on stderr for every failing line, in order, so
-    the sentinel's report means every earlier line has been executed, and the reports
-    before it name the lines that failed.  Each command is recorded in the transcript as
+    line that always fails (an unknown object, ``tb-ack``): iproute2 reports
+    ``Command failed -:N`` on stderr for every failing line, in order, so the sentinel's
+    report means every earlier line has been executed, and the reports before it name
+    the lines that failed.  Each command is recorded in the transcript as
     if it had been run on its own.
     """
 
