@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -182,8 +183,15 @@ def test_two_subflows_over_one_interface_pair(net: Network, tmp_path: Path) -> N
                  base_port=5101)
     try:
         fr.start()
-        time.sleep(3.0)
-        ss = runner.run(["ss", "-tinM"], host=client).stdout
+        ss = ""
+        deadline = time.time() + 20  # the flow starts late in a slow VM: poll for it
+        while time.time() < deadline:
+            ss = runner.run(["ss", "-tinM"], host=client, record=False).stdout
+            tokens = Counter(e["mptcp_token"] for e in parse_ss(ss)
+                             if e["netid"] == "tcp" and e["mptcp_token"])
+            if tokens and max(tokens.values()) >= 4:
+                break
+            time.sleep(0.2)
         assert fr.wait(timeout=30)
     finally:
         fr.stop()

@@ -144,7 +144,7 @@ def test_sweep_interrupt_resume_and_query(tmp_path):
     lines = res.stdout.strip().splitlines()
     assert lines[0] == "cc,n,bytes" and [ln.split(",")[0] for ln in lines[1:]] == \
         ["cubic", "reno"]
-    assert all(int(ln.split(",")[1]) >= 2 and int(ln.split(",")[2]) > 0 for ln in lines[1:])
+    assert all(int(ln.split(",")[1]) >= 2 and float(ln.split(",")[2]) > 0 for ln in lines[1:])
 
     # 5. the fixed per-run overhead (printed for the record; run with -s)
     rows = []

@@ -86,6 +86,9 @@ def test_flowtool_fct_matches_pcap(make_network, tmp_path: Path) -> None:
             fr.stop()
     recs = fr.collect()
     fct = pcap_fct(runner, pcap / "client-client-eth0.pcap")
+    missing = [(r["flow_id"], r["sport"]) for r in recs if r["sport"] not in fct]
+    assert not missing, (f"no SYN..last-ACK in the capture for {missing}; "
+                         f"tcpdump: {caps.stats}; found: {sorted(fct)}")
     rows = []
     for r in recs:
         assert r["error"] is None and r["bytes_received"] == 200_000, r
