@@ -162,6 +162,21 @@ class Process:
         return rc
 
 
+def batch_text(cmds: Sequence[Sequence[str]]) -> str:
+    """Commands of one program (all ``tc`` or all ``ip``) as ``-batch`` input lines."""
+    if not cmds:
+        return ""
+    prog = cmds[0][0]
+    lines = []
+    for argv in cmds:
+        if argv[0] != prog:
+            raise ValueError(f"batch mixes {prog!r} and {argv[0]!r}")
+        if any((not a) or any(c.isspace() for c in a) for a in argv):
+            raise ValueError(f"batch argument with whitespace in {argv!r}")
+        lines.append(" ".join(argv[1:]))
+    return "\n".join(lines) + "\n"
+
+
 class BatchShell:
     """A long-lived ``tc -force -batch -`` or ``ip -force -batch -`` in one namespace.
 
@@ -207,13 +222,9 @@ class BatchShell:
         command, `CommandTimeout` if the shell does not answer within timeout."""
         import select
 
-        lines = []
-        for argv in cmds:
-            if not argv or argv[0] != self.tool:
-                raise ValueError(f"{self.tool} batch shell given {list(argv)!r}")
-            if any((not a) or any(c.isspace() for c in a) for a in argv):
-                raise ValueError(f"batch argument with whitespace in {list(argv)!r}")
-            lines.append(" ".join(argv[1:]))
+        if cmds and cmds[0][0] != self.tool:
+            raise ValueError(f"{self.tool} batch shell given {list(cmds[0])!r}")
+        lines = batch_text(cmds).splitlines()
         with self._lock:
             first = self._line + 1
             self._line += len(lines) + 1

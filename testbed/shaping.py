@@ -42,10 +42,11 @@ Semantics (also in docs/shaping.md):
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from testbed.commands import batch_text  # noqa: F401  (re-exported)
 from testbed.errors import InputError
 from testbed.units import parse_duration, parse_percent, parse_rate
 
@@ -315,21 +316,6 @@ def offload_command(dev: str, on: bool = False) -> list[str]:
     """
     v = "on" if on else "off"
     return ["ethtool", "-K", dev, "tso", v, "gso", v, "gro", v]
-
-
-def batch_text(cmds: Sequence[Sequence[str]]) -> str:
-    """Commands of one program (all ``tc`` or all ``ip``) as a ``-batch`` file."""
-    if not cmds:
-        return ""
-    prog = cmds[0][0]
-    lines = []
-    for argv in cmds:
-        if argv[0] != prog:
-            raise ValueError(f"batch mixes {prog!r} and {argv[0]!r}")
-        if any((not a) or any(c.isspace() for c in a) for a in argv):
-            raise ValueError(f"batch argument with whitespace in {argv!r}")
-        lines.append(" ".join(argv[1:]))
-    return "\n".join(lines) + "\n"
 
 
 def shape_from_mininet_params(opts: Mapping[str, Any]) -> LinkShape | None:
