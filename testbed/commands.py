@@ -341,7 +341,9 @@ class CommandRunner:
 
         For long interactive steps (a VM, a nested CLI). host/env/timeout as in `run`;
         timeout None waits forever; relay: copy the child's stdout+stderr through a pipe
-        (for children such as qemu that reopen their stdout and would overwrite a file).
+        (for children such as qemu that reopen their stdout and would overwrite a file);
+        a relayed child gets no stdin and its own process group, which an interrupt
+        (KeyboardInterrupt, or SIGTERM turned into one) stops as a whole.
         """
         full = in_namespace(argv, host)
         where = host.name if host is not None else "root"
@@ -350,9 +352,13 @@ class CommandRunner:
             self.transcript.add(TranscriptEntry(t0, full, where, None, 0.0, kind="dry-run"))
             return 0
         try:
+            # relay: a process tree (vng -> virtme-run -> qemu) in a group of its own, so
+            # an interrupt stops all of it, not just its first process
             proc = subprocess.Popen(full, env=env,
+                                    stdin=subprocess.DEVNULL if relay else None,
                                     stdout=subprocess.PIPE if relay else None,
-                                    stderr=subprocess.STDOUT if relay else None)
+                                    stderr=subprocess.STDOUT if relay else None,
+                                    process_group=0 if relay else None)
         except FileNotFoundError as exc:
             raise MissingFeatureError(
                 f"'{full[0]}' is not installed; run `make install` (scripts/install)") from exc
@@ -368,11 +374,11 @@ class CommandRunner:
             proc.wait()
             raise CommandTimeout(full, timeout or 0, where=where) from exc
         except KeyboardInterrupt:
-            proc.terminate()
+            _signal_tree(proc, signal.SIGTERM, group=relay)
             try:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                proc.kill()
+                _signal_tree(proc, signal.SIGKILL, group=relay)
             raise
         self.transcript.add(TranscriptEntry(t0, full, where, rc, time.time() - t0, kind="run"))
         return rc
@@ -442,6 +448,15 @@ class CommandRunner:
         """Stop every background process this runner started (newest first)."""
         for proc in reversed(self.running()):
             proc.stop(timeout=timeout)
+
+
+def _signal_tree(proc: subprocess.Popen, sig: int, group: bool) -> None:
+    """Send sig to proc, or to its whole process group when it leads one."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if group:
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
 
 
 def which(program: str) -> str | None:

@@ -30,6 +30,10 @@ from testbed.errors import InputError, MissingFeatureError
 PASS_ENV = ("CI", "PYTHONUNBUFFERED", "TERM", "COLUMNS", "NO_COLOR", "FORCE_COLOR",
             "PYTEST_ADDOPTS")
 KVM_PROBE_TIMEOUT = 40.0
+# 9p options for the read-only trees the guest sees with its page cache on (see
+# `cached_trees`); vng's own root mount has no cache, so every exec and import re-reads
+# its files from the host
+CACHED_MOUNT_OPTS = "ro,trans=virtio,version=9p2000.L,access=any,msize=512000,cache=loose"
 
 
 def _version_key(path: Path) -> list:
@@ -124,16 +128,57 @@ def guest_command(cmd: list[str], env: dict[str, str] | None = None) -> str:
     return shlex.join(["env", *assigns, py, "-m", "testbed.vm_guest", "--", *cmd])
 
 
-def vng_argv(vng: str, kernel: Path, memory: str, cpus: int, kvm: bool, inner: str) -> list[str]:
+def cached_trees(prefix: str = sys.prefix) -> list[tuple[str, str]]:
+    """The read-only trees the guest mounts a second time with caching on: (tag, path).
+
+    virtme-ng shares the host's root over 9p without a page cache, so under software
+    emulation every program start re-reads its binary and libraries from the host
+    (about 0.5 s each) and every Python import stats its way over 9p.  ``/usr`` (programs,
+    libraries, the system Python with Mininet) and the project's venv do not change while
+    the VM runs, so the guest mounts them again, read-only, with ``cache=loose``.  The
+    checkout itself stays on the uncached, writable root mount.
+    prefix: the venv (default: this interpreter's).
+    """
+    trees = [("tb_usr", "/usr")]
+    venv = Path(prefix)
+    if venv.is_dir() and not venv.resolve().is_relative_to("/usr"):
+        trees.append(("tb_venv", str(venv)))
+    return trees
+
+
+def vng_argv(vng: str, kernel: Path, memory: str, cpus: int, kvm: bool, inner: str,
+             cached: list[tuple[str, str]] | None = None) -> list[str]:
     """The vng invocation (pure).
 
     vng: vng path; kernel: image; memory: e.g. "2G"; cpus: count; kvm: use KVM;
-    inner: shell line to run in the guest.
+    inner: shell line to run in the guest; cached: (tag, host path) trees exported a
+    second time for `cached_mounts` (see `cached_trees`).
     """
     argv = [vng, "--run", str(kernel), "--memory", memory, "--cpus", str(cpus), "--rw"]
     if not kvm:
         argv.append("--disable-kvm")
+    for tag, path in cached or []:
+        if "," in path:
+            continue  # qemu's option syntax cannot carry a comma in a path
+        argv.append(f"--qemu-opts=-virtfs local,path={path},mount_tag={tag},"
+                    "security_model=none,readonly=on,multidevs=remap")
     return [*argv, "--", inner]
+
+
+def cached_mounts(cached: list[tuple[str, str]]) -> str:
+    """The guest shell line that mounts the cached trees over their uncached originals.
+
+    A tree that fails to mount stays on the uncached root (slower, still correct) and
+    is named in one line on stderr.
+    """
+    lines = []
+    for tag, path in cached:
+        if "," in path:
+            continue
+        q = shlex.quote(path)
+        lines.append(f"mount -t 9p -o {CACHED_MOUNT_OPTS} {tag} {q} 2>/dev/null || "
+                     f"echo 'testbed vm: no cached view of '{q}' (slower)' >&2")
+    return "; ".join(lines)
 
 
 def run_in_vm(cmd: list[str], kernel: Path | None = None, memory: str = "2G", cpus: int = 2,
@@ -181,7 +226,11 @@ def run_in_vm(cmd: list[str], kernel: Path | None = None, memory: str = "2G", cp
     with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
         signal.signal(signal.SIGTERM, _term)
     try:
-        rc = runner.call(vng_argv(vng, image, memory, cpus, use_kvm, guest_command(cmd)),
+        cached = [] if os.environ.get("TESTBED_VM_CACHE") == "0" else cached_trees()
+        inner = guest_command(cmd)
+        if cached:
+            inner = f"{cached_mounts(cached)}; {inner}"
+        rc = runner.call(vng_argv(vng, image, memory, cpus, use_kvm, inner, cached),
                          env=vng_env(), relay=True)
     finally:
         with contextlib.suppress(ValueError):

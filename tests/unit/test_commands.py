@@ -1,7 +1,11 @@
 import json
+import os
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -109,3 +113,25 @@ def test_batch_shell_runs_reports_failures_per_command_and_stops() -> None:
     tc.stop()
     ip.stop()
     assert runner.running() == [] and not tc.running()
+
+
+def test_call_relay_interrupt_stops_the_whole_process_tree(tmp_path):
+    pidfile = tmp_path / "grandchild.pid"
+    script = f"sleep 60 & echo $! > {pidfile}; wait"
+    timer = threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        CommandRunner().call(["sh", "-c", script], relay=True)
+    pid = int(pidfile.read_text())
+
+    def gone() -> bool:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return True
+        return state in ("Z", "X")
+
+    deadline = time.time() + 5
+    while not gone() and time.time() < deadline:
+        time.sleep(0.05)
+    assert gone(), "the child's own child outlived the interrupt"

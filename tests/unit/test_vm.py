@@ -28,6 +28,28 @@ def test_vng_argv_kvm_and_tcg():
     assert "--disable-kvm" not in vm.vng_argv("vng", k, "2G", 2, True, "x")
 
 
+def test_cached_trees_are_exported_read_only_and_mounted_with_a_cache(tmp_path):
+    venv = tmp_path / "my venv"
+    venv.mkdir()
+    trees = vm.cached_trees(str(venv))
+    assert trees == [("tb_usr", "/usr"), ("tb_venv", str(venv))]
+    assert vm.cached_trees("/usr") == [("tb_usr", "/usr")]  # the system Python: no venv
+    argv = vm.vng_argv("vng", Path("/boot/k"), "2G", 2, False, "true", trees)
+    opts = [a for a in argv if a.startswith("--qemu-opts=")]
+    assert opts[0] == ("--qemu-opts=-virtfs local,path=/usr,mount_tag=tb_usr,"
+                       "security_model=none,readonly=on,multidevs=remap")
+    assert argv[-2:] == ["--", "true"]
+    line = vm.cached_mounts(trees)
+    words = shlex.split(line.split(";")[1])
+    assert words[:4] == ["mount", "-t", "9p", "-o"]
+    assert "cache=loose" in words[4] and words[4].startswith("ro,")
+    assert words[5:7] == ["tb_venv", str(venv)]
+    # a path qemu's option syntax cannot carry is left on the uncached root
+    comma = vm.vng_argv("vng", Path("/k"), "2G", 2, False, "x", [("t", "/a,b")])
+    assert not any(a.startswith("--qemu-opts") for a in comma)
+    assert vm.cached_mounts([("t", "/a,b")]) == ""
+
+
 def test_guest_command_quotes_and_passes_env():
     line = vm.guest_command(["pytest", "-k", "a and b"], env={"CI": "true", "HOME": "/x",
                                                             "TESTBED_FOO": "1"})
