@@ -368,12 +368,13 @@ class Network:
     def _build(self) -> None:
         from mininet.link import Link
         from mininet.net import Mininet
-        from mininet.node import Host
+
+        from testbed.mininet_nodes import QuickHost, QuickIntf
 
         self._prepare_ovs()
-        self.mn = Mininet(topo=self.topo, switch=self._switch_class(), host=Host, link=Link,
-                          controller=None, build=False, autoSetMacs=True, cleanup=False,
-                          waitConnected=False)
+        self.mn = Mininet(topo=self.topo, switch=self._switch_class(), host=QuickHost,
+                          link=Link, intf=QuickIntf, controller=None, build=False,
+                          autoSetMacs=True, cleanup=False, waitConnected=False)
         if self.controller is not None:
             port = int(getattr(self.controller, "port", DEFAULT_CONTROLLER_PORT))
             self.mn.addController("c0", controller=lambda name, **_: ControllerTarget(

@@ -1,0 +1,119 @@
+"""QuickIntf / QuickHost: the ip(8) batches they send, on a recording fake node."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+
+import pytest
+
+from testbed.errors import RunError
+from testbed.mininet_nodes import QuickHost, QuickIntf, ip_batch_line, split_ip
+
+
+class FakeNode:
+    """Records the shell lines a node is asked to run; answers with canned output."""
+
+    def __init__(self, name: str = "h1", reply: str = ""):
+        self.name = name
+        self.lines: list[str] = []
+        self.intfs: dict[int, QuickIntf] = {}
+        self.reply = reply
+
+    def cmd(self, line: str) -> str:
+        self.lines.append(line)
+        return self.reply
+
+    def addIntf(self, intf, port=None, **_):  # Mininet's spelling
+        self.intfs[port if port is not None else len(self.intfs)] = intf
+
+    def delIntf(self, intf):  # Mininet's spelling
+        self.intfs = {p: i for p, i in self.intfs.items() if i is not intf}
+
+
+def batch_of(line: str) -> list[str]:
+    """The lines a `ip_batch_line` feeds to ip, by running its printf in a real shell."""
+    printf = line.split(" | ")[0]
+    out = subprocess.run(["bash", "-c", printf], capture_output=True, text=True, check=True)
+    assert line.endswith("| ip -force -batch -")
+    return out.stdout.splitlines()
+
+
+def test_ip_batch_line_round_trips_and_refuses_shell_words():
+    lines = ["link set dev h1-eth0 up", "addr add 10.0.0.1/24 dev h1-eth0"]
+    assert batch_of(ip_batch_line(lines)) == lines
+    with pytest.raises(ValueError):
+        ip_batch_line(["link set dev x;rm up"])
+    with pytest.raises(ValueError):
+        ip_batch_line(["link set dev $(id) up"])
+
+
+def test_split_ip():
+    assert split_ip("10.0.0.1/8") == ("10.0.0.1", 8)
+    assert split_ip("10.0.0.1", 24) == ("10.0.0.1", 24)
+    with pytest.raises(RunError):
+        split_ip("10.0.0.1")
+
+
+def test_link_interface_is_one_batch_and_skips_the_mac_it_was_created_with():
+    node = FakeNode()
+    QuickIntf("h1-eth0", node=node, port=0, link=object(), mac="00:00:00:00:00:01",
+              ip="10.0.0.1/24")
+    assert len(node.lines) == 1  # one program start for MAC, address and up
+    assert batch_of(node.lines[0]) == ["addr flush dev h1-eth0",
+                                       "addr add 10.0.0.1/24 dev h1-eth0",
+                                       "link set dev h1-eth0 up"]
+
+
+def test_new_mac_is_applied_down_change_up_and_repeats_are_skipped():
+    node = FakeNode()
+    intf = QuickIntf("h1-eth0", node=node, port=0, link=None, up=False)
+    assert node.lines == []
+    intf.setMAC("00:00:00:00:00:01")
+    assert batch_of(node.lines[0]) == ["link set dev h1-eth0 down",
+                                           "link set dev h1-eth0 address 00:00:00:00:00:01",
+                                           "link set dev h1-eth0 up"]
+    node.lines.clear()
+    intf.setMAC("00:00:00:00:00:01")
+    intf.setIP("10.0.0.1", 24)
+    intf.setIP("10.0.0.1", 24)
+    assert len(node.lines) == 1  # the MAC it has: nothing; the address: once
+    assert intf.IP() == "10.0.0.1" and intf.MAC() == "00:00:00:00:00:01"
+
+
+def test_a_refused_change_raises_instead_of_being_logged():
+    node = FakeNode(reply="RTNETLINK answers: Operation not permitted")
+    with pytest.raises(RunError, match=r"h1-eth0 in h1.*not permitted"):
+        QuickIntf("h1-eth0", node=node, port=0, link=None, ip="10.0.0.1/24")
+
+
+def test_a_veth_pair_is_deleted_once():
+    class FakeLink:
+        pass
+
+    n1, n2 = FakeNode("h1"), FakeNode("s1")
+    link = FakeLink()
+    a = QuickIntf("h1-eth0", node=n1, port=0, link=link, up=False)
+    b = QuickIntf("s1-eth1", node=n2, port=1, link=link, up=False)
+    a.delete()
+    b.delete()
+    assert n1.lines == ["ip link del h1-eth0"] and n2.lines == []
+    assert not n1.intfs and not n2.intfs
+
+
+def test_host_config_is_one_batch_with_loopback():
+    host = QuickHost.__new__(QuickHost)  # no shell: only config() is exercised
+    node = FakeNode("h1")
+    host.name, host.intfs, host.ports, host.nameToIntf = "h1", {}, {}, {}
+    host.cmd = node.cmd
+    intf = QuickIntf("h1-eth0", node=node, port=0, link=object(), mac="00:00:00:00:00:09",
+                     ip="10.0.0.1/24")
+    host.intfs[0] = intf
+    node.lines.clear()
+    host.config(mac="00:00:00:00:00:01", ip="10.0.0.1/24")
+    assert len(node.lines) == 1
+    lines = batch_of(node.lines[0])
+    assert "link set dev h1-eth0 address 00:00:00:00:00:01" in lines
+    assert not any(line.startswith("addr") for line in lines)  # the address it has
+    assert lines[-1] == "link set dev lo up"
+    assert shlex.split(node.lines[0])[0] == "printf"
