@@ -72,21 +72,29 @@ def missing_feature(feature: str, runner: CommandRunner | None = None) -> str | 
     return None
 
 
+def _unavailable(reason: str) -> None:
+    """Skip with reason -- or fail inside the testbed VM (or with TESTBED_REQUIRE_ALL=1),
+    where everything must be present: a skip there would turn a broken VM green."""
+    if os.environ.get("TESTBED_IN_VM") == "1" or os.environ.get("TESTBED_REQUIRE_ALL") == "1":
+        pytest.fail(f"unavailable where everything must be present: {reason}")
+    pytest.skip(reason)
+
+
 @pytest.fixture(autouse=True)
 def _integration_preconditions(request: pytest.FixtureRequest) -> None:
     """Skip integration tests, with the reason, when root/tools/features are missing."""
     if request.node.get_closest_marker("integration") is None:
         return
     if os.geteuid() != 0:
-        pytest.skip("needs root (run: testbed vm -- .venv/bin/pytest -m integration ...)")
+        _unavailable("needs root (run: testbed vm -- .venv/bin/pytest -m integration ...)")
     for tool in ("mnexec", "tc", "ip"):
         if which(tool) is None:
-            pytest.skip(f"{tool} is not installed (scripts/install)")
+            _unavailable(f"{tool} is not installed (scripts/install)")
     marker = request.node.get_closest_marker("needs_kernel")
     for feature in (marker.args if marker else ()):
         why = missing_feature(feature)
         if why:
-            pytest.skip(why)
+            _unavailable(why)
 
 
 @pytest.fixture

@@ -40,6 +40,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.needs_kernel("netem", "ovs", 
 BW_MBIT = 10
 FLOW_S = 4
 READY_TIMEOUT = 600.0
+FIGURES = (Path(__file__).resolve().parents[2] / "results" / "ci-figures"
+           / "fattree-controllers.json")  # figures for the closing notes
 
 
 class SwappableController:
@@ -148,6 +150,8 @@ def fabric(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fabric]:
         net.stop()
         runner.stop_all()
         print("\nFIGURES " + json.dumps(fab.figures, sort_keys=True))
+        FIGURES.parent.mkdir(parents=True, exist_ok=True)  # for the closing notes
+        FIGURES.write_text(json.dumps(fab.figures, indent=1, sort_keys=True) + "\n")
 
 
 def use(fab: Fabric, app: str) -> dict:
