@@ -43,21 +43,22 @@ class ScriptedKernel:
         self.calls.append((where, argv))
         rc, out = 0, ""
         if argv[:2] == ["sysctl", "-n"]:
-            key = argv[2]
-            if key == "net.ipv4.tcp_available_congestion_control":
-                out = " ".join(self.available) + "\n"
-            else:
-                out = self.values.get((where, key), "1") + "\n"
+            for key in argv[2:]:  # one line per key, in order
+                if key == "net.ipv4.tcp_available_congestion_control":
+                    out += " ".join(self.available) + "\n"
+                else:
+                    out += self.values.get((where, key), "1") + "\n"
         elif argv[:3] == ["sysctl", "-q", "-w"]:
-            key, _, value = argv[3].partition("=")
-            allowed = self.values[("root", "net.ipv4.tcp_allowed_congestion_control")]
-            if key.startswith("net.core."):
-                rc = 255
-            elif (key == "net.ipv4.tcp_congestion_control" and where != "root"
-                  and value not in allowed.split()):
-                rc = 255  # EPERM: only allowed CCs can be a namespace's default
-            else:
-                self.values[(where, key)] = value
+            for assign in argv[3:]:  # like procps: every one tried, non-zero if any failed
+                key, _, value = assign.partition("=")
+                allowed = self.values[("root", "net.ipv4.tcp_allowed_congestion_control")]
+                if key.startswith("net.core."):
+                    rc = 255
+                elif (key == "net.ipv4.tcp_congestion_control" and where != "root"
+                      and value not in allowed.split()):
+                    rc = 255  # EPERM: only allowed CCs can be a namespace's default
+                else:
+                    self.values[(where, key)] = value
         elif argv[0] == "modprobe":
             mod = argv[-1]
             if mod in self.modules:
@@ -138,7 +139,9 @@ def test_apply_tcp_sets_and_reads_back_in_the_host() -> None:
     assert "net.ipv4.tcp_adv_win_scale" in applied
     writes = [a for w, a in k.calls if a[:3] == ["sysctl", "-q", "-w"]]
     assert all(w == "h1" for w, a in k.calls if a[:3] == ["sysctl", "-q", "-w"])
-    assert len(writes) == 3
+    assert len(writes) == 1 and len(writes[0]) == 6  # one program start for all three
+    reads = [a for w, a in k.calls if w == "h1" and a[:2] == ["sysctl", "-n"]]
+    assert len(reads[0]) == 5  # and one to read them back
 
 
 def test_apply_tcp_non_namespaced_sysctl_is_unsupported() -> None:
