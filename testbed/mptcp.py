@@ -54,13 +54,14 @@ from typing import Any
 
 from testbed.commands import CommandRunner, Namespaced
 from testbed.errors import CommandError, InputError, UnsupportedError
-from testbed.transport import apply_tcp, sysctl_read_argv, sysctl_write_argv
+from testbed.transport import apply_tcp, sysctl_write_argv
 from testbed.units import parse_size
 
 MAX_SUBFLOWS = 8           # MPTCP_PM_ADDR_MAX on 6.1
 MAX_PER_PATH = 4
 TABLE_BASE = 100            # same plan as topologies.multipath: path i -> table 101 + i
 SCHEDULER_SYSCTL = "net.mptcp.scheduler"
+AVAILABLE_SCHEDULERS = "net.mptcp.available_schedulers"
 
 
 @dataclass(frozen=True)
@@ -346,34 +347,59 @@ def configure_host(runner: CommandRunner, host: Namespaced, transport: Any,
                                   extra=ts.sysctl)
     if ts.protocol != "mptcp":
         return applied
-    have_sched = runner.ok(sysctl_read_argv(SCHEDULER_SYSCTL), host=host, record=False)
-    avail = _read(runner, host, sysctl_read_argv("net.mptcp.available_schedulers")).split() \
-        if have_sched else []
+    # one read answers both: the scheduler sysctl (>= 6.6) and the list it accepts (newer)
+    sched = _read(runner, host, ["sysctl", "-n", SCHEDULER_SYSCTL, AVAILABLE_SCHEDULERS])
+    have_sched = bool(sched.strip())
+    avail = sched.splitlines()[1].split() if len(sched.splitlines()) > 1 else []
     steps = plan_mptcp(ts, interfaces, role, peer_multihomed, primary)
     steps += scheduler_steps(ts, have_sched, avail)
     existing = parse_rules(_read(runner, host, ["ip", "rule", "show"]))
-    done: list[list[str]] = []
-    for step in steps:
-        if step.what == "rule" and (step.argv[4], step.argv[6]) in existing:
-            continue
-        try:
-            runner.run(list(step.argv), host=host)
-        except CommandError as exc:
-            if step.what == "limits" or step.what == "endpoint":
-                raise UnsupportedError(f"MPTCP path manager refused `{' '.join(step.argv)}` "
-                                       f"in {host.name}: {exc.stderr.strip()}") from exc
-            raise
-        done.append(list(step.argv))
-    applied["commands"] = done
+    todo = [s for s in steps
+            if not (s.what == "rule" and (s.argv[4], s.argv[6]) in existing)]
+    run_steps(runner, host, todo)
+    applied["commands"] = [list(s.argv) for s in todo]
     applied["limits"] = parse_limits(_read(runner, host, ["ip", "mptcp", "limits", "show"]))
     applied["endpoints"] = parse_endpoints(
         _read(runner, host, ["ip", "mptcp", "endpoint", "show"]))
-    applied["mptcp_sysctl"] = {
-        k: _read(runner, host, sysctl_read_argv(k)).strip()
-        for k in ("net.mptcp.enabled", "net.ipv4.conf.all.rp_filter")}
-    if have_sched:
-        applied["mptcp_sysctl"][SCHEDULER_SYSCTL] = _read(
-            runner, host, sysctl_read_argv(SCHEDULER_SYSCTL)).strip()
-    else:
-        applied["mptcp_sysctl"][SCHEDULER_SYSCTL] = None
+    keys = ["net.mptcp.enabled", "net.ipv4.conf.all.rp_filter"]
+    values = _read(runner, host, ["sysctl", "-n", *keys]).splitlines()
+    applied["mptcp_sysctl"] = {k: (values[i].strip() if i < len(values) else "")
+                               for i, k in enumerate(keys)}
+    applied["mptcp_sysctl"][SCHEDULER_SYSCTL] = \
+        sched.splitlines()[0].strip() if have_sched else None
     return applied
+
+
+def run_steps(runner: CommandRunner, host: Namespaced, steps: Sequence[Step]) -> None:
+    """Run steps in order with few program starts: consecutive sysctl writes as one
+    ``sysctl -w``, consecutive ``ip`` commands through one ``ip -batch`` (each still
+    recorded in the transcript on its own).  A refused MPTCP limit or endpoint raises
+    `UnsupportedError`; other failures raise `CommandError`.
+    """
+    groups: list[list[Step]] = []
+    for step in steps:
+        if groups and groups[-1][0].argv[0] == step.argv[0]:
+            groups[-1].append(step)
+        else:
+            groups.append([step])
+    for group in groups:
+        tool = group[0].argv[0]
+        if tool == "sysctl":
+            runner.run(["sysctl", "-q", "-w", *(s.argv[-1] for s in group)], host=host)
+            continue
+        if tool != "ip":
+            for s in group:
+                runner.run(list(s.argv), host=host)
+            continue
+        shell = runner.batch_shell("ip", host)
+        try:
+            shell.run([list(s.argv) for s in group])
+        except CommandError as exc:
+            bad = next((s for s in group if list(exc.argv[-len(s.argv):]) == list(s.argv)),
+                       None)
+            if bad is not None and bad.what in ("limits", "endpoint"):
+                raise UnsupportedError(f"MPTCP path manager refused `{' '.join(bad.argv)}` "
+                                       f"in {host.name}: {exc.stderr.strip()}") from exc
+            raise
+        finally:
+            shell.stop()

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from testbed.commands import Result
-from testbed.errors import InputError, UnsupportedError
+from testbed.errors import CommandError, InputError, UnsupportedError
 from testbed.mptcp import (
     HostInterface,
     TransportSettings,
@@ -152,6 +152,10 @@ class FakeIp:
 
     calls: list[list[str]] = field(default_factory=list)
     have_scheduler: bool = False
+    batched: list[list[str]] = field(default_factory=list)
+    refuse: str | None = None
+    started: int = 0
+    stopped: int = 0
 
     def run(self, argv, host=None, check=True, record=True, **_kw) -> Result:
         argv = list(argv)
@@ -160,12 +164,17 @@ class FakeIp:
         if argv == ["ip", "rule", "show"]:
             out = "102:\tfrom 10.0.2.1 lookup 102\n"
         elif argv[:2] == ["sysctl", "-n"]:
-            if argv[2] == "net.mptcp.scheduler" and not self.have_scheduler:
-                rc = 255
-            elif argv[2] == "net.ipv4.tcp_available_congestion_control":
-                out = "reno cubic\n"
-            else:
-                out = "1\n"
+            for key in argv[2:]:  # like procps: a line per key it has, non-zero if any missing
+                if key.startswith("net.mptcp.") and "sched" in key and not self.have_scheduler:
+                    rc = 255
+                elif key == "net.ipv4.tcp_available_congestion_control":
+                    out += "reno cubic\n"
+                elif key == "net.mptcp.available_schedulers":
+                    out += "default blest\n"
+                elif key == "net.mptcp.scheduler":
+                    out += "default\n"
+                else:
+                    out += "1\n"
         elif argv[:4] == ["ip", "mptcp", "endpoint", "show"]:
             out = "10.0.2.1 id 1 subflow dev client-eth1 \n"
         elif argv[:4] == ["ip", "mptcp", "limits", "show"]:
@@ -174,6 +183,30 @@ class FakeIp:
 
     def ok(self, argv, **kw) -> bool:
         return self.run(argv, check=False, **kw).returncode == 0
+
+    def batch_shell(self, tool, host=None) -> FakeShell:
+        self.started += 1
+        return FakeShell(self, tool)
+
+
+@dataclass
+class FakeShell:
+    """An ``ip -batch`` shell: records each command, refuses endpoints if told to."""
+
+    kernel: FakeIp
+    tool: str
+    refuse: str | None = None
+
+    def run(self, cmds) -> float:
+        for argv in cmds:
+            self.kernel.calls.append(list(argv))
+            self.kernel.batched.append(list(argv))
+            if self.kernel.refuse and " ".join(argv).startswith(self.kernel.refuse):
+                raise CommandError(["mnexec", "-a", "1", *argv], 1, "Error: busy", "client")
+        return 0.0
+
+    def stop(self) -> None:
+        self.kernel.stopped += 1
 
 
 def test_configure_host_skips_existing_rules_and_reports() -> None:
@@ -202,3 +235,31 @@ def test_configure_host_refuses_scheduler_before_touching_endpoints() -> None:
         configure_host(ip, Host(), TransportSettings(protocol="mptcp", scheduler="blest"),
                        CLIENT)
     assert not any(a[:3] == ["ip", "mptcp", "endpoint"] for a in ip.calls)
+
+
+def test_configure_host_batches_ip_commands_and_sysctls() -> None:
+    ip = FakeIp()
+    applied = configure_host(ip, Host(), {"protocol": "mptcp", "cc": "cubic"}, CLIENT)
+    ip_cmds = [a for a in applied["commands"] if a[0] == "ip"]
+    assert ip.batched == ip_cmds and ip.stopped >= 1   # all through the batch shell
+    singles = [a for a in ip.calls if a[0] == "ip" and a not in ip.batched]
+    assert all(a[-1] == "show" for a in singles)        # only reads run on their own
+    assert applied["mptcp_sysctl"]["net.mptcp.enabled"] == "1"
+
+
+def test_configure_host_refused_endpoint_is_unsupported() -> None:
+    ip = FakeIp(refuse="ip mptcp endpoint add")
+    with pytest.raises(UnsupportedError, match="path manager refused `ip mptcp endpoint add"):
+        configure_host(ip, Host(), {"protocol": "mptcp"}, CLIENT)
+    assert ip.stopped == ip.started >= 1  # the batch shells are stopped on failure too
+
+
+def test_configure_host_reads_scheduler_and_its_list_in_one_go() -> None:
+    ip = FakeIp(have_scheduler=True)
+    applied = configure_host(ip, Host(), TransportSettings(protocol="mptcp",
+                                                           scheduler="blest"), CLIENT)
+    assert applied["mptcp_sysctl"]["net.mptcp.scheduler"] == "default"  # fake: as read
+    assert ["sysctl", "-q", "-w", "net.mptcp.scheduler=blest"] in ip.calls
+    with pytest.raises(UnsupportedError, match="available: default blest"):
+        configure_host(FakeIp(have_scheduler=True), Host(),
+                       TransportSettings(protocol="mptcp", scheduler="nope"), CLIENT)
