@@ -191,22 +191,25 @@ class ControllerProcess:
         """
         if self.app != "spray":
             return
+        scripts = {}
         for sw in self.routes.layout.switches:
             script = spray_nft_script(self.routes, sw.name)
-            if script is None:
-                continue
-            name = nft_table_name(sw.name)
-            add = getattr(net, "add_nft_table", None)
-            if add is not None:
-                add("netdev", name, _table_body(script))
-            else:
+            if script is not None:
+                scripts[sw.name] = script
+        add_many = getattr(net, "add_nft_tables", None)
+        if add_many is not None:  # all tables in one nft call
+            add_many([("netdev", nft_table_name(sw), _table_body(script))
+                      for sw, script in scripts.items()])
+        for sw, script in scripts.items():
+            name = nft_table_name(sw)
+            if add_many is None:
                 if self.runner.ok(["nft", "list", "table", "netdev", name], record=False):
                     raise RunError(f"nftables table netdev {name} already exists; it is not "
                                    "ours (delete it by hand if a previous run left it)")
                 self.own_nft_tables.append(name)
                 self.runner.run(["nft", "-f", "-"], input=script)
             self.nft_tables.append(name)
-            self.spray_switches.append(sw.name)
+            self.spray_switches.append(sw)
 
     def wait_ready(self, switch_dpids: Sequence[int], timeout: float) -> dict[int, float]:
         """Block until every switch in switch_dpids has connected and acknowledged its rules.

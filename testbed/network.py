@@ -202,6 +202,29 @@ def link_groups(topo: Any) -> dict[str, NamedLink]:
     return groups
 
 
+def parse_nft_tables(text: str) -> set[tuple[str, str]]:
+    """``nft list tables`` -> {(family, name)}."""
+    out = set()
+    for line in text.splitlines():
+        tok = line.split()
+        if len(tok) == 3 and tok[0] == "table":
+            out.add((tok[1], tok[2]))
+    return out
+
+
+def split_qdisc_dump(text: str) -> dict[str, str]:
+    """``tc -s qdisc show`` (all devices) -> {device: its qdisc lines, in order}."""
+    out: dict[str, list[str]] = {}
+    dev = None
+    for line in text.splitlines(keepends=True):
+        if line.startswith("qdisc "):
+            tok = line.split()
+            dev = tok[tok.index("dev") + 1] if "dev" in tok[:-1] else None
+        if dev is not None:
+            out.setdefault(dev, []).append(line)
+    return {d: "".join(lines) for d, lines in out.items()}
+
+
 def netns_inode(pid: int) -> int | None:
     """The network-namespace inode of a process, or None if it is gone."""
     try:
@@ -497,13 +520,19 @@ class Network:
                 for name, link in self.links.items()}
 
     def tc_dump(self) -> dict[str, str]:
-        """``tc -s qdisc show`` of every shaped interface (for ``metadata.json``)."""
-        out = {}
+        """``tc -s qdisc show`` of every shaped interface (for ``metadata.json``): one
+        ``tc`` per namespace, split by device."""
+        where: dict[str, list[str]] = {}
         for link in self.links.values():
             for eg in link.egress:
-                host = self.node(eg.node) if eg.in_namespace else None
-                out[eg.intf] = self.runner.run(["tc", "-s", "qdisc", "show", "dev", eg.intf],
-                                               host=host, record=False).stdout
+                where.setdefault(eg.node if eg.in_namespace else "", []).append(eg.intf)
+        out = {}
+        for node, intfs in where.items():
+            text = self.runner.run(["tc", "-s", "qdisc", "show"], record=False,
+                                   host=self.node(node) if node else None).stdout
+            blocks = split_qdisc_dump(text)
+            for intf in intfs:
+                out[intf] = blocks.get(intf, "")
         return out
 
     def check(self) -> None:
@@ -581,11 +610,23 @@ class Network:
         family: e.g. ``netdev``; name: table name (must not exist yet); body: the
         table's contents (chains and rules) as nft syntax, without the ``table`` line.
         """
-        if self.runner.ok(["nft", "list", "table", family, name], record=False):
-            raise RunError(f"nftables table {family} {name} already exists; it is not ours")
-        self.manifest.nft_tables.append([family, name])
+        self.add_nft_tables([(family, name, body)])
+
+    def add_nft_tables(self, tables: Sequence[tuple[str, str, str]]) -> None:
+        """Create several nftables tables at once: (family, name, body) each, as in
+        `add_nft_table` (one ``nft list tables`` and one ``nft -f -`` for all of them)."""
+        if not tables:
+            return
+        existing = parse_nft_tables(self.runner.run(["nft", "list", "tables"],
+                                                    record=False).stdout)
+        clash = sorted(f"{f} {n}" for f, n, _b in tables if (f, n) in existing)
+        if clash:
+            raise RunError(f"nftables tables {', '.join(clash)} already exist; they are not "
+                           "ours (delete them by hand if a previous run left them)")
+        self.manifest.nft_tables.extend([f, n] for f, n, _b in tables)
         self._write_manifest()
-        self.runner.run(["nft", "-f", "-"], input=f"table {family} {name} {{\n{body}\n}}\n")
+        script = "".join(f"table {f} {n} {{\n{b}\n}}\n" for f, n, b in tables)
+        self.runner.run(["nft", "-f", "-"], input=script)
 
     def _shell(self, node: str | None, tool: str) -> BatchShell:
         """The long-lived ``tool -batch`` process for node (None: the root namespace)."""
@@ -678,9 +719,14 @@ class Network:
             self.cleanup_report["processes"] = [str(p) for p in kill_pids(strays)]
 
     def _delete_nft_tables(self) -> None:
-        for family, name in self.manifest.nft_tables:
-            if self.runner.ok(["nft", "list", "table", family, name], record=False):
-                self.runner.run(["nft", "delete", "table", family, name])
+        if not self.manifest.nft_tables:
+            return
+        existing = parse_nft_tables(self.runner.run(["nft", "list", "tables"],
+                                                    record=False).stdout)
+        ours = [(f, n) for f, n in self.manifest.nft_tables if (f, n) in existing]
+        if ours:
+            self.runner.run(["nft", "-f", "-"],
+                            input="".join(f"delete table {f} {n}\n" for f, n in ours))
 
     def _remove_leftovers(self) -> None:
         report = remove_leftovers(self.manifest, self.runner)

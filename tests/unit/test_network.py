@@ -158,3 +158,33 @@ def test_unchanged_event_runs_nothing(tmp_path: Path) -> None:
     net = _dry_net(tmp_path)
     net.apply(ScheduleEvent(1.0, "wifi", LinkChange(bw_bps=SHAPE.bw_bps, up=True)))
     assert net.runner.transcript.entries == []
+
+
+def test_parse_nft_tables_and_split_qdisc_dump() -> None:
+    assert nw.parse_nft_tables("table netdev spray_e0\ntable inet filter\n\n") == {
+        ("netdev", "spray_e0"), ("inet", "filter")}
+    # `tc -s qdisc show` of a namespace, as printed by iproute2 6.1
+    text = ("qdisc noqueue 0: dev lo root refcnt 2 \n"
+            " Sent 0 bytes 0 pkt (dropped 0, overlimits 0 requeues 0) \n"
+            "qdisc netem 1: dev s1-eth1 root refcnt 2 limit 1000 delay 5ms\n"
+            " Sent 1514 bytes 1 pkt (dropped 0, overlimits 0 requeues 0) \n"
+            " backlog 0b 0p requeues 0\n"
+            "qdisc tbf 2: dev s1-eth1 parent 1:1 rate 8Mbit burst 10000b lat 0us \n"
+            " Sent 1514 bytes 1 pkt (dropped 0, overlimits 0 requeues 0) \n"
+            "qdisc netem 1: dev s1-eth2 root refcnt 2 limit 1000 delay 5ms\n"
+            " Sent 0 bytes 0 pkt (dropped 0, overlimits 0 requeues 0) \n")
+    blocks = nw.split_qdisc_dump(text)
+    assert set(blocks) == {"lo", "s1-eth1", "s1-eth2"}
+    assert blocks["s1-eth1"].count("qdisc ") == 2 and "tbf 2:" in blocks["s1-eth1"]
+    assert blocks["s1-eth2"].startswith("qdisc netem 1: dev s1-eth2")
+
+
+def test_nft_tables_are_made_and_deleted_in_one_call_each(tmp_path: Path) -> None:
+    net = _dry_net(tmp_path)
+    net.add_nft_tables([("netdev", "spray_e0", "chain c {}"),
+                        ("netdev", "spray_e1", "chain c {}")])
+    assert net.manifest.nft_tables == [["netdev", "spray_e0"], ["netdev", "spray_e1"]]
+    made = [e.argv for e in net.runner.transcript.entries]
+    assert made == [["nft", "list", "tables"], ["nft", "-f", "-"]]
+    net._delete_nft_tables()  # a dry runner lists no tables: nothing to delete
+    assert [e.argv for e in net.runner.transcript.entries] == [*made, ["nft", "list", "tables"]]
