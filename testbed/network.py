@@ -692,6 +692,7 @@ class Network:
             self._step("nftables", self._delete_nft_tables)
             if self.mn is not None:
                 self._step("record", self._record)
+                self._step("links", self._delete_links)
                 self._step("mininet", self.mn.stop)
             self._step("leftovers", self._remove_leftovers)
         finally:
@@ -717,6 +718,30 @@ class Network:
         strays = pids_in_netns(set(self.manifest.netns.values()), exclude=shells)
         if strays:
             self.cleanup_report["processes"] = [str(p) for p in kill_pids(strays)]
+
+    def _delete_links(self) -> None:
+        """Delete every veth with an end in the root namespace in one ``ip -batch``
+        (Mininet would start ``ip link del`` once per link); Mininet deletes the rest."""
+        ends = {}
+        for link in self.mn.links:
+            for intf in (link.intf1, link.intf2):
+                if intf is not None and not getattr(intf.node, "inNamespace", True):
+                    ends[intf.name] = link
+                    break
+        if not ends:
+            return
+        shell = self.runner.batch_shell("ip")
+        try:
+            shell.run([["ip", "link", "del", "dev", name] for name in ends])
+        except CommandError:
+            pass  # one already gone; whatever is left is deleted by name below
+        finally:
+            shell.stop()
+        existing = set(parse_link_names(self.runner.run(["ip", "-o", "link", "show"],
+                                                        record=False).stdout))
+        for name, link in ends.items():
+            if name not in existing:
+                link._tb_deleted = True  # `QuickIntf.delete` has nothing left to do
 
     def _delete_nft_tables(self) -> None:
         if not self.manifest.nft_tables:
