@@ -77,46 +77,69 @@ __import__("analysis.cli", fromlist=["register"]).register(app)  # analyze / rep
 
 
 @app.command()
-def study(directory: Annotated[Path, typer.Argument(help="A study folder, e.g. "
-                                                   "experiments/p0_wifi_3g.")],
+def study(directories: Annotated[list[Path], typer.Argument(
+              help="Study folders, e.g. experiments/p0_wifi_3g (several: one VM boot).")],
           variant: Annotated[str, typer.Option(help="quick | full")] = "quick",
           out: Annotated[Path | None, typer.Option(
-              "--out", "-o", help="Output folder (default results/<study>-<variant>).")] = None,
+              "--out", "-o", help="Output folder (default results/<study>-<variant>); with "
+              "several studies, the folder that gets one <study>-<variant> each.")] = None,
           only: Annotated[list[str] | None, typer.Option(
-              help="Run only this spec (file stem); repeatable.")] = None,
+              help="Run only this spec (file stem); repeatable; one study only.")] = None,
           fail_fast: Annotated[bool, typer.Option("--fail-fast",
                                                   help="Stop at the first failed run.")] = False,
           no_vm: Annotated[bool, typer.Option("--no-vm", help="Never re-run inside "
                                               "`testbed vm`.")] = False,
           report_only: Annotated[bool, typer.Option(
               "--report-only", help="Only (re)write the reports of finished runs.")] = False,
+          no_report: Annotated[bool, typer.Option(
+              "--no-report", help="Run only; write the reports later with --report-only.")
+          ] = False,
           ) -> None:
-    """Run every spec of a reproduced study and write its paper-vs-ours report."""
+    """Run every spec of reproduced studies and write their paper-vs-ours reports."""
     from testbed import study as st
 
-    target = out or st.default_out(directory, variant)
+    targets = st.study_outputs(directories, variant, out)
+    if only and len(directories) > 1:
+        typer.echo("error: --only selects specs of one study; give one study folder with it",
+                   err=True)
+        raise typer.Exit(2)
     if report_only:
-        path = guarded(lambda: st.write_study_report(directory, target))
-        typer.echo(f"report: {path}")
+        for d, target in zip(directories, targets, strict=True):
+            path = guarded(lambda d=d, target=target: st.write_study_report(d, target))
+            typer.echo(f"report: {path}")
         raise typer.Exit(0)
-    guarded(lambda: st.study_specs(directory, variant))
+    for d in directories:
+        guarded(lambda d=d: st.study_specs(d, variant))
     if not no_vm and not guarded(st.native_ok):
         typer.echo("this machine cannot run experiments natively (see `testbed doctor`); "
-                   "re-running the study inside `testbed vm`", err=True)
+                   "running the studies inside `testbed vm`, then writing the reports here",
+                   err=True)
         from testbed import vm as vmmod
 
-        argv = st.in_vm_argv(directory, variant, target, only, fail_fast)
-        raise typer.Exit(guarded(lambda: vmmod.run_in_vm(argv, memory="3G")))
-    try:
-        outcome = guarded(lambda: st.run_study(directory, variant, target, only, fail_fast))
-    except KeyboardInterrupt:
-        typer.echo(f"interrupted: finished runs are kept in {target}; run the same command "
-                   "again to resume", err=True)
-        raise typer.Exit(130) from None
-    for name, err in outcome.failed.items():
-        typer.echo(f"  failed in {name}: {err}", err=True)
-    typer.echo(f"report: {outcome.report}")
-    raise typer.Exit(1 if outcome.failed else 0)
+        argv = st.in_vm_argv(directories, variant, out, only, fail_fast)
+        rc = guarded(lambda: vmmod.run_in_vm(argv, memory="3G"))
+        for d, target in zip(directories, targets, strict=True):
+            if target.is_dir():
+                path = guarded(lambda d=d, target=target: st.write_study_report(d, target))
+                typer.echo(f"report: {path}")
+        raise typer.Exit(rc)
+    failed = False
+    for d, target in zip(directories, targets, strict=True):
+        try:
+            outcome = guarded(lambda d=d, target=target: st.run_study(
+                d, variant, target, only, fail_fast, reports=not no_report))
+        except KeyboardInterrupt:
+            typer.echo(f"interrupted: finished runs are kept in {target}; run the same "
+                       "command again to resume", err=True)
+            raise typer.Exit(130) from None
+        for name, err in outcome.failed.items():
+            typer.echo(f"  failed in {d.name}/{name}: {err}", err=True)
+            failed = True
+        if outcome.report is not None:
+            typer.echo(f"report: {outcome.report}")
+        if failed and fail_fast:
+            break
+    raise typer.Exit(1 if failed else 0)
 
 
 def main() -> None:
