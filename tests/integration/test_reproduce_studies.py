@@ -58,9 +58,13 @@ def studies_out() -> Path:
     with open(RECORD / "studies.log", "w") as log, subprocess.Popen(
             argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
         assert proc.stdout is not None
-        for line in proc.stdout:
-            log.write(line)
-            print(line, end="", flush=True)
+        try:
+            for line in proc.stdout:
+                log.write(line)
+                print(line, end="", flush=True)
+        except BaseException:
+            proc.terminate()  # `testbed study` stops its VM on SIGTERM
+            raise
         rc = proc.wait()
     assert rc in (0, 1), f"testbed study exited {rc}; see {RECORD / 'studies.log'}"
     return out
