@@ -118,10 +118,16 @@ def test_batch_shell_runs_reports_failures_per_command_and_stops() -> None:
 def test_call_relay_interrupt_stops_the_whole_process_tree(tmp_path):
     pidfile = tmp_path / "grandchild.pid"
     script = f"sleep 60 & echo $! > {pidfile}; wait"
+    # a shell's background job inherits SIGINT ignored: make it raise here regardless
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT))
     timer.start()
-    with pytest.raises(KeyboardInterrupt):
-        CommandRunner().call(["sh", "-c", script], relay=True)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            CommandRunner().call(["sh", "-c", script], relay=True)
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, previous)
     pid = int(pidfile.read_text())
 
     def gone() -> bool:
