@@ -197,19 +197,19 @@ class ControllerProcess:
             if script is not None:
                 scripts[sw.name] = script
         add_many = getattr(net, "add_nft_tables", None)
-        if add_many is not None:  # all tables in one nft call
+        if add_many is not None:  # all tables in one nft call, recorded by the network
             add_many([("netdev", nft_table_name(sw), _table_body(script))
                       for sw, script in scripts.items()])
-        for sw, script in scripts.items():
-            name = nft_table_name(sw)
-            if add_many is None:
+        else:
+            for sw, script in scripts.items():
+                name = nft_table_name(sw)
                 if self.runner.ok(["nft", "list", "table", "netdev", name], record=False):
                     raise RunError(f"nftables table netdev {name} already exists; it is not "
                                    "ours (delete it by hand if a previous run left it)")
                 self.own_nft_tables.append(name)
                 self.runner.run(["nft", "-f", "-"], input=script)
-            self.nft_tables.append(name)
-            self.spray_switches.append(sw)
+        self.nft_tables.extend(nft_table_name(sw) for sw in scripts)
+        self.spray_switches.extend(scripts)
 
     def wait_ready(self, switch_dpids: Sequence[int], timeout: float) -> dict[int, float]:
         """Block until every switch in switch_dpids has connected and acknowledged its rules.

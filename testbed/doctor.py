@@ -205,11 +205,12 @@ def check_python_modules() -> list[Check]:
                              "run `scripts/install` and use .venv/bin/testbed"))
             continue
         version = ""
-        try:
-            from importlib.metadata import version as dist_version
+        from importlib.metadata import PackageNotFoundError
+        from importlib.metadata import version as dist_version
 
+        try:
             version = dist_version("os-ken" if mod == "os_ken" else "mininet")
-        except Exception:
+        except PackageNotFoundError:  # importable but not installed as a distribution
             version = ""
         out.append(Check(name, True, f"importable {version}".strip()))
     return out

@@ -348,9 +348,10 @@ def configure_host(runner: CommandRunner, host: Namespaced, transport: Any,
     if ts.protocol != "mptcp":
         return applied
     # one read answers both: the scheduler sysctl (>= 6.6) and the list it accepts (newer)
-    sched = _read(runner, host, ["sysctl", "-n", SCHEDULER_SYSCTL, AVAILABLE_SCHEDULERS])
-    have_sched = bool(sched.strip())
-    avail = sched.splitlines()[1].split() if len(sched.splitlines()) > 1 else []
+    sched = _read(runner, host, ["sysctl", "-n", SCHEDULER_SYSCTL, AVAILABLE_SCHEDULERS]
+                  ).splitlines()
+    have_sched = bool(sched and sched[0].strip())
+    avail = sched[1].split() if len(sched) > 1 else []
     steps = plan_mptcp(ts, interfaces, role, peer_multihomed, primary)
     steps += scheduler_steps(ts, have_sched, avail)
     existing = parse_rules(_read(runner, host, ["ip", "rule", "show"]))
@@ -365,8 +366,7 @@ def configure_host(runner: CommandRunner, host: Namespaced, transport: Any,
     values = _read(runner, host, ["sysctl", "-n", *keys]).splitlines()
     applied["mptcp_sysctl"] = {k: (values[i].strip() if i < len(values) else "")
                                for i, k in enumerate(keys)}
-    applied["mptcp_sysctl"][SCHEDULER_SYSCTL] = \
-        sched.splitlines()[0].strip() if have_sched else None
+    applied["mptcp_sysctl"][SCHEDULER_SYSCTL] = sched[0].strip() if have_sched else None
     return applied
 
 

@@ -128,12 +128,9 @@ def in_vm_argv(studies: list[Path], variant: str, out: Path | None,
     argv = [str(exe)] if exe.exists() else [sys.executable, "-m", "testbed.cli"]
     argv += ["study", *(str(s.resolve()) for s in studies), "--variant", variant,
              "--no-vm", "--no-report"]
-    if out is not None:
-        argv += ["--out", str(out.resolve())]
-    elif len(studies) > 1:
-        argv += ["--out", str(Path("results").resolve())]
-    else:
-        argv += ["--out", str(default_out(studies[0], variant).resolve())]
+    # the same folders as `study_outputs` here, made absolute for the VM
+    base = out or (Path("results") if len(studies) > 1 else default_out(studies[0], variant))
+    argv += ["--out", str(base.resolve())]
     for name in only or []:
         argv += ["--only", name]
     if fail_fast:
