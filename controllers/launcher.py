@@ -127,9 +127,11 @@ class ControllerProcess:
     topo_desc: a `FabricLayout`, a `FatTreeTopo`, ``"fattree,4"`` or a layout dict;
     port: OpenFlow TCP port on 127.0.0.1; log: the controller's log file (default: a new
     temporary directory); runner: the `CommandRunner` used for every command;
-    start_timeout: seconds to wait for the controller to listen; inactivity_probe_ms: what
-    `post_switch_start` sets as OVS's controller inactivity probe (OVS's 5 s default drops
-    the connection when a loaded machine delays an echo reply; None leaves it alone).
+    start_timeout: seconds to wait for the controller to listen; inactivity_probe_ms: OVS's
+    controller inactivity probe (its 5 s default drops the connection when a loaded machine
+    delays an echo reply; None leaves it alone): `testbed.network.Network` gives it to the
+    switches' controller records at creation, and `post_switch_start` sets it again for a
+    network made by other means.
     Raises `InputError` subclasses for an unknown app or a topology it cannot route.
     """
 

@@ -220,47 +220,57 @@ class BatchShell:
         """Execute cmds (each starting with this shell's tool); return the wall time when
         the last one had been executed.  Raises `CommandError` naming the first failing
         command, `CommandTimeout` if the shell does not answer within timeout."""
-        import select
+        return run_batches([(self, cmds)], timeout)
 
+    def _send(self, cmds: Sequence[Sequence[str]]) -> tuple[int, int, float]:
+        """Write cmds and the sentinel (the caller holds the lock); return
+        (first line number, sentinel line number, time sent)."""
         if cmds and cmds[0][0] != self.tool:
             raise ValueError(f"{self.tool} batch shell given {list(cmds[0])!r}")
         lines = batch_text(cmds).splitlines()
-        with self._lock:
-            first = self._line + 1
-            self._line += len(lines) + 1
-            sentinel = self._line
-            t0 = time.time()
-            popen = self.process.popen
-            assert popen.stdin is not None and popen.stderr is not None
-            try:
-                popen.stdin.write(("\n".join([*lines, BATCH_SENTINEL[self.tool]]) + "\n").encode())
-            except BrokenPipeError as exc:
-                raise CommandError(self.process.argv, popen.poll() or -1,
-                                   "the batch shell has exited", self._where) from exc
-            failed: dict[int, str] = {}
-            message: list[str] = []
-            deadline = t0 + timeout
-            while True:
-                while b"\n" not in self._buf:
-                    left = deadline - time.time()
-                    ready = select.select([popen.stderr], [], [], max(left, 0))[0]
-                    chunk = popen.stderr.read(65536) if ready else b""
-                    if not chunk:
-                        self.process.stop()
-                        why = "no answer" if not ready else "the batch shell exited"
-                        raise CommandTimeout(self.process.argv, timeout, why, self._where)
-                    self._buf += chunk
-                raw, self._buf = self._buf.split(b"\n", 1)
-                text = raw.decode(errors="replace")
-                if text.startswith("Command failed -:"):
-                    n = int(text.rsplit(":", 1)[1])
-                    if n == sentinel:
-                        break
-                    failed[n] = "\n".join(message)
-                    message = []
-                else:
-                    message.append(text)
-            t_done = time.time()
+        first = self._line + 1
+        self._line += len(lines) + 1
+        t0 = time.time()
+        popen = self.process.popen
+        assert popen.stdin is not None
+        try:
+            popen.stdin.write(("\n".join([*lines, BATCH_SENTINEL[self.tool]]) + "\n").encode())
+        except BrokenPipeError as exc:
+            raise CommandError(self.process.argv, popen.poll() or -1,
+                               "the batch shell has exited", self._where) from exc
+        return first, self._line, t0
+
+    def _collect(self, cmds: Sequence[Sequence[str]], first: int, sentinel: int, t0: float,
+                 deadline: float) -> float:
+        """Read the shell's reports up to the sentinel (the caller holds the lock), record
+        cmds in the transcript; return the time the sentinel was seen."""
+        import select
+
+        popen = self.process.popen
+        assert popen.stderr is not None
+        failed: dict[int, str] = {}
+        message: list[str] = []
+        while True:
+            while b"\n" not in self._buf:
+                left = deadline - time.time()
+                ready = select.select([popen.stderr], [], [], max(left, 0))[0]
+                chunk = popen.stderr.read(65536) if ready else b""
+                if not chunk:
+                    self.process.stop()
+                    why = "no answer" if not ready else "the batch shell exited"
+                    raise CommandTimeout(self.process.argv, deadline - t0, why, self._where)
+                self._buf += chunk
+            raw, self._buf = self._buf.split(b"\n", 1)
+            text = raw.decode(errors="replace")
+            if text.startswith("Command failed -:"):
+                n = int(text.rsplit(":", 1)[1])
+                if n == sentinel:
+                    break
+                failed[n] = "\n".join(message)
+                message = []
+            else:
+                message.append(text)
+        t_done = time.time()
         dur = t_done - t0
         for i, argv in enumerate(cmds):
             rc = 1 if first + i in failed else 0
@@ -280,6 +290,32 @@ class BatchShell:
         self.process.stop()
         if self.process.popen.stderr is not None:
             self.process.popen.stderr.close()
+
+
+def run_batches(jobs: Sequence[tuple[BatchShell, Sequence[Sequence[str]]]],
+                timeout: float = 10.0) -> float:
+    """Execute each (shell, cmds) job, all shells working at once: every job is written
+    before any answer is awaited, so a change spanning several namespaces costs one
+    round trip, not one per namespace.  Returns the wall time when the last command had
+    been executed.  Raises as `BatchShell.run` does (the first failing job, in order)."""
+    shells = sorted({id(sh): sh for sh, _ in jobs}.values(), key=id)  # one lock order
+    if len(shells) != len(jobs):
+        raise ValueError("one job per batch shell")
+    with contextlib.ExitStack() as held:
+        for sh in shells:
+            held.enter_context(sh._lock)
+        sent = [(sh, cmds, *sh._send(cmds)) for sh, cmds in jobs]
+        deadline = time.time() + timeout
+        done = 0.0
+        error: Exception | None = None
+        for sh, cmds, first, sentinel, t0 in sent:
+            try:  # read every shell to its sentinel, even after a failure
+                done = max(done, sh._collect(cmds, first, sentinel, t0, deadline))
+            except CommandError as exc:
+                error = error or exc
+        if error is not None:
+            raise error
+        return done
 
 
 class CommandRunner:

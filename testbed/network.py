@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed import shaping as sh
-from testbed.commands import BatchShell, CommandRunner
+from testbed.commands import BatchShell, CommandRunner, run_batches
 from testbed.errors import CommandError, InputError, MissingFeatureError, RunError
 from testbed.schedule import ScheduleEvent, SchedulePlayer
 
@@ -281,8 +281,9 @@ class Network:
 
     topo: a Mininet `Topo`; runner: the `CommandRunner` every command goes through;
     controller: None or an object with the controller hook (start, wait_ready,
-    check_alive, stop, pre_switch_start, post_switch_start; optional ``port`` and
-    ``protocols``); workdir: where ``network.json`` and tc batch files go;
+    check_alive, stop, pre_switch_start, post_switch_start; optional ``port``,
+    ``protocols`` and ``inactivity_probe_ms``, the OVS echo probe its connections get
+    from the start); workdir: where ``network.json`` and tc batch files go;
     offloads: keep TSO/GSO/GRO on host interfaces (default off); ready_timeout: seconds
     to wait for the controller to see every switch; handle_signals: turn SIGINT/SIGTERM
     into exceptions while the network runs (main thread only).
@@ -368,12 +369,14 @@ class Network:
     def _switch_class(self) -> Callable[..., Any]:
         from functools import partial
 
-        from mininet.node import OVSSwitch
+        from testbed.mininet_nodes import ProbedOVSSwitch
 
         if self.controller is None:
-            return partial(OVSSwitch, datapath="kernel", failMode="standalone")
+            return partial(ProbedOVSSwitch, datapath="kernel", failMode="standalone")
         protocols = getattr(self.controller, "protocols", "OpenFlow13")
-        return partial(OVSSwitch, datapath="kernel", failMode="secure", protocols=protocols)
+        probe = getattr(self.controller, "inactivity_probe_ms", None)
+        return partial(ProbedOVSSwitch, datapath="kernel", failMode="secure",
+                       protocols=protocols, inactivity_probe_ms=probe)
 
     def _prepare_ovs(self) -> None:
         """Stand in for Mininet's OVS check, whose 1 s ``ovs-vsctl -t 1 show`` times out on
@@ -456,8 +459,7 @@ class Network:
             for eg in link.egress:
                 per_node.setdefault(eg.node if eg.in_namespace else "", []).extend(
                     sh.setup_commands(eg.intf, link.shape))
-        for node, cmds in per_node.items():
-            self._run_batch(node or None, cmds)
+        self._run_batches(per_node)
         if hasattr(self.topo, "setup_commands"):
             for host, argv in self.topo.setup_commands():
                 self.runner.run(argv, host=self.node(host))
@@ -549,9 +551,7 @@ class Network:
             for eg in link.egress:
                 per_node.setdefault(eg.node if eg.in_namespace else "", []).extend(
                     sh.change_commands(eg.intf, link.shape, shape))
-            for node, cmds in per_node.items():
-                if cmds:
-                    self._run_batch(node or None, cmds)
+            self._run_batches(per_node)
             link.shape = shape
 
     def set_up(self, name: str, up: bool) -> None:
@@ -562,8 +562,7 @@ class Network:
             for eg in link.updown:
                 per_node.setdefault(eg.node if eg.in_namespace else "", []).append(
                     sh.link_state_command(eg.intf, up))
-            for node, cmds in per_node.items():
-                self._run_batch(node or None, cmds)
+            self._run_batches(per_node)
             link.up = up
 
     def apply(self, event: ScheduleEvent) -> None:
@@ -637,14 +636,20 @@ class Network:
             self._shells[key] = shell
         return shell
 
-    def _run_batch(self, node: str | None, cmds: list[list[str]]) -> None:
-        """Run tc / ip commands through the node's batch shells (no fork per change)."""
+    def _run_batches(self, per_node: dict[str, list[list[str]]]) -> None:
+        """Run tc / ip commands through the nodes' batch shells (no fork per change),
+        every shell at once.  per_node: {node name or "" for the root namespace: argvs}."""
         if self.runner.dry_run:
-            for argv in cmds:
-                self.runner.run(argv, host=self.node(node) if node else None)
+            for node, cmds in per_node.items():
+                for argv in cmds:
+                    self.runner.run(argv, host=self.node(node) if node else None)
             return
-        for tool in sorted({c[0] for c in cmds}):
-            self._shell(node, tool).run([c for c in cmds if c[0] == tool])
+        jobs = []
+        for node, cmds in per_node.items():
+            for tool in sorted({c[0] for c in cmds}):
+                jobs.append((self._shell(node or None, tool), [c for c in cmds if c[0] == tool]))
+        if jobs:
+            run_batches(jobs)
 
     def _warm_kernel_paths(self) -> None:
         """Change a qdisc tree and take a link down and up once, on a throwaway veth pair.

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import time
 from collections.abc import Iterator, Sequence
@@ -48,6 +49,10 @@ class SwappableController:
     """The `Network` controller hook around a `ControllerProcess` that can be replaced."""
 
     protocols = "OpenFlow13"
+
+    @property
+    def inactivity_probe_ms(self) -> int | None:
+        return self.current.inactivity_probe_ms
 
     def __init__(self, app: str, topo: Any, port: int, logdir: Path, runner: CommandRunner):
         self.topo, self.port, self.logdir, self.runner = topo, port, logdir, runner
@@ -124,12 +129,16 @@ def why_skip(runner: CommandRunner) -> str | None:
 
 
 @pytest.fixture(scope="module")
-def fabric(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fabric]:
+def fabric() -> Iterator[Fabric]:
     runner = CommandRunner()
     reason = why_skip(runner)
     if reason:
         pytest.skip(reason)
-    workdir = tmp_path_factory.mktemp("fattree")
+    # under the checkout, not /tmp: the VM's /tmp is gone when it exits, and the controller
+    # logs are what explains a switch that was never programmed
+    workdir = FIGURES.parent / "fattree-run"
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
     topo = FatTreeTopo(4, bw=BW_MBIT)
     ctl = SwappableController("single_path", topo, free_port(), workdir, runner)
     net = Network(topo, runner=runner, controller=ctl, workdir=workdir / "net",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.commands import CommandRunner, in_namespace, which
+from testbed.commands import CommandRunner, in_namespace, run_batches, which
 from testbed.errors import CommandError, CommandTimeout, MissingFeatureError
 
 
@@ -113,6 +113,29 @@ def test_batch_shell_runs_reports_failures_per_command_and_stops() -> None:
     tc.stop()
     ip.stop()
     assert runner.running() == [] and not tc.running()
+
+
+@pytest.mark.skipif(which("tc") is None or which("ip") is None, reason="iproute2 missing")
+def test_run_batches_writes_every_shell_before_reading_and_reads_them_all() -> None:
+    runner = CommandRunner()
+    tc, ip = runner.batch_shell("tc"), runner.batch_shell("ip")
+    try:
+        show_tc = ["tc", "qdisc", "show", "dev", "lo"]
+        show_ip = ["ip", "link", "show", "dev", "lo"]
+        assert run_batches([(tc, [show_tc]), (ip, [show_ip, show_ip])]) > 0
+        with pytest.raises(CommandError, match="nosuch0"):  # the first job fails ...
+            run_batches([(tc, [["tc", "qdisc", "show", "dev", "nosuch0"]]), (ip, [show_ip])])
+        # ... and the second was still read to its end: both shells stay in step
+        run_batches([(tc, [show_tc]), (ip, [show_ip])])
+        with pytest.raises(ValueError, match="one job per batch shell"):
+            run_batches([(tc, [show_tc]), (tc, [show_tc])])
+        runs = [(e.argv[0], e.argv[-1], e.returncode) for e in runner.transcript.entries
+                if e.kind == "run"]
+        assert runs == [("tc", "lo", 0), ("ip", "lo", 0), ("ip", "lo", 0),
+                        ("tc", "nosuch0", 1), ("ip", "lo", 0), ("tc", "lo", 0), ("ip", "lo", 0)]
+    finally:
+        tc.stop()
+        ip.stop()
 
 
 def test_call_relay_interrupt_stops_the_whole_process_tree(tmp_path):

@@ -8,7 +8,14 @@ import subprocess
 import pytest
 
 from testbed.errors import RunError
-from testbed.mininet_nodes import QuickHost, QuickIntf, ip_batch_line, split_ip
+from testbed.mininet_nodes import (
+    ProbedOVSSwitch,
+    QuickHost,
+    QuickIntf,
+    ip_batch_line,
+    split_ip,
+    with_inactivity_probe,
+)
 
 
 class FakeNode:
@@ -117,3 +124,26 @@ def test_host_config_is_one_batch_with_loopback():
     assert not any(line.startswith("addr") for line in lines)  # the address it has
     assert lines[-1] == "link set dev lo up"
     assert shlex.split(node.lines[0])[0] == "printf"
+
+
+def test_controller_records_get_the_probe_at_creation():
+    args = ('-- --id=@s1c0 create Controller target=\\"tcp:127.0.0.1:6653\\" max_backoff=1000'
+            ' -- --id=@s1c1 create Controller target=\\"tcp:127.0.0.1:6654\\"'
+            ' -- add-br s1 -- set bridge s1 controller=[@s1c0,@s1c1]')
+    out = with_inactivity_probe(args, 30000)
+    assert out.count("create Controller inactivity_probe=30000 target=") == 2
+    assert out.replace(" inactivity_probe=30000", "") == args
+
+
+def test_probed_switch_passes_the_probe_to_ovs_vsctl():
+    sw = ProbedOVSSwitch.__new__(ProbedOVSSwitch)  # no OVS: only vsctl() is exercised
+    seen: list[tuple] = []
+    sw.batch, sw.inactivity_probe_ms = False, 30000
+    sw.cmd = lambda *a, **_: seen.append(a)
+    sw.vsctl('-- --id=@c create Controller target=\\"tcp:127.0.0.1:1\\" -- add-br s1')
+    assert seen == [("ovs-vsctl",
+                     '-- --id=@c create Controller inactivity_probe=30000 '
+                     'target=\\"tcp:127.0.0.1:1\\" -- add-br s1')]
+    sw.inactivity_probe_ms = None
+    sw.vsctl("show")
+    assert seen[-1] == ("ovs-vsctl", "show")
