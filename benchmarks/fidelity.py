@@ -164,6 +164,7 @@ def event_latency(runner: CommandRunner, workdir: Path, n: int) -> dict[str, Any
                   LinkChange(up=False) if kind == 2 else LinkChange(up=True))
         events.append(ScheduleEvent(at, "link", change))
     with Network(PairTopo(shape=base), runner=runner, workdir=workdir / "events") as net:
+        net.prepare_schedule(events)  # as the runner does, before the time origin
         player = net.play(events, t0=time.time())
         player.join(events[-1].at_s + 30)
     lags = [1e3 * (a.t_applied - a.t_planned) for a in player.applied]

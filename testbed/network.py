@@ -312,6 +312,7 @@ class Network:
         self._stopped = False
         self._shells: dict[tuple[str, str], BatchShell] = {}
         self._warmed = False
+        self._warm_reads: set[tuple[str | None, tuple[str, ...]]] = set()
 
     # -- context manager --------------------------------------------------------------
     def __enter__(self) -> Network:
@@ -574,29 +575,43 @@ class Network:
         if event.change.up is not None and event.change.up != link.up:
             self.set_up(event.link, event.change.up)
 
-    def play(self, events: Sequence[ScheduleEvent], t0: float | None = None,
-             log: Path | None = None) -> SchedulePlayer:
-        """Start applying events at ``t0 + at`` (t0 default: now) in a thread.
-
-        log: the ``events.jsonl`` file (default: ``<workdir>/samples/events.jsonl``).
-        The player is stopped when the network stops.
-        """
+    def prepare_schedule(self, events: Sequence[ScheduleEvent]) -> None:
+        """Get ready to apply events on time: start the batch shells they will use, have
+        them read their interfaces once, and run the kernel's change paths once on a
+        throwaway veth.  Under software emulation this takes a second or more, so call it
+        before the run's time origin is fixed; `play` does it itself otherwise (shells
+        already warmed are skipped)."""
         warm: dict[tuple[str | None, str], list[list[str]]] = {}
         for ev in events:
             link = self.link(ev.link)
-            # start the batch shells now, and have them read the interfaces once: the first
-            # use of a code path is slow in an emulated VM (about 0.2 s), later ones are not
+            # the first use of a code path is slow in an emulated VM (about 0.2 s), later
+            # ones are not
             for eg in link.egress:
                 warm.setdefault((eg.node if eg.in_namespace else None, "tc"), []).append(
                     ["tc", "qdisc", "show", "dev", eg.intf])
             for eg in link.updown:
                 warm.setdefault((eg.node if eg.in_namespace else None, "ip"), []).append(
                     ["ip", "link", "show", "dev", eg.intf])
-        if not self.runner.dry_run:
-            if events and not self._warmed:
-                self._warm_kernel_paths()
-            for (node, tool), cmds in warm.items():
-                self._shell(node, tool).run(list({tuple(c): c for c in cmds}.values()))
+        if self.runner.dry_run:
+            return
+        if events and not self._warmed:
+            self._warm_kernel_paths()
+        for (node, tool), cmds in warm.items():
+            new = [c for c in {tuple(c): c for c in cmds}.values()
+                   if (node, tuple(c)) not in self._warm_reads]
+            if new:
+                self._shell(node, tool).run(new)
+                self._warm_reads.update((node, tuple(c)) for c in new)
+
+    def play(self, events: Sequence[ScheduleEvent], t0: float | None = None,
+             log: Path | None = None) -> SchedulePlayer:
+        """Start applying events at ``t0 + at`` in a thread (t0 default: now, taken after
+        `prepare_schedule`, which this calls).
+
+        log: the ``events.jsonl`` file (default: ``<workdir>/samples/events.jsonl``).
+        The player is stopped when the network stops.
+        """
+        self.prepare_schedule(events)
         if log is None and self.workdir is not None:
             log = self.workdir / "samples" / "events.jsonl"
         player = SchedulePlayer(self.apply, events, time.time() if t0 is None else t0, log)

@@ -563,6 +563,8 @@ def _run_network(exp: Experiment, plan: Any, bundle: Bundle, meta: dict[str, Any
                                 interval=exp.sampler.interval)
                     s.start()
                     samplers.append(s)
+            events = schedule_events(exp)
+            net.prepare_schedule(events)  # slow under emulation: before t0 is fixed
             if flow_run is not None:
                 flow_run.start()          # servers listening, then clients wait for t0
                 t0 = float(flow_run.t0)
@@ -570,7 +572,7 @@ def _run_network(exp: Experiment, plan: Any, bundle: Bundle, meta: dict[str, Any
                 t0 = time.time()
             meta["t0"] = t0
             tl.enter("traffic")
-            net.play(schedule_events(exp), t0, bundle.samples_dir / "events.jsonl")
+            net.play(events, t0, bundle.samples_dir / "events.jsonl")
             ping_runs = [(p["start"], PingRun(
                 runner, net.host(p["host"]), p["dst_addr"], bundle.samples_dir,
                 name=p["name"], src=p["src"], dst=p["dst"], path=p["path"],
