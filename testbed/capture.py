@@ -18,9 +18,11 @@ buffer: in a CPU-starved emulated VM the default 2 MiB overflowed and dropped pa
 drop, so it can write wherever the bundle is) and snaplen 128 by default, which keeps
 Ethernet + IPv4 + TCP with 40 bytes of options (MPTCP DSS/ADD_ADDR included).  It is
 started before the workload and readiness is its "listening on" line on stderr
-(printed once the capture is active).  Stopping sends SIGINT so tcpdump flushes and
-closes the file; its "N packets captured / received by filter / dropped by kernel"
-lines are parsed into `stats`.
+(printed once the capture is active).  Stopping first waits for every tcpdump to write
+what the kernel has handed it (`drain`: its running counts, asked for with SIGUSR1),
+then sends SIGINT so tcpdump flushes and closes the file; its "N packets captured /
+received by filter / dropped by kernel" lines are parsed into `stats` (captured below
+received: packets tcpdump never wrote).
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ DEFAULT_BUFFER_KIB = 16384  # tcpdump -B: absorbs bursts while tcpdump is starve
 READY_TIMEOUT_S = 60.0
 SETTLE_S = 0.3         # a capture file that has not grown this long has caught up
 SETTLE_LIMIT_S = 5.0   # ... but never wait longer than this before stopping tcpdump
+DRAIN_LIMIT_S = 120.0  # how long a stop waits for tcpdumps that are behind ...
+DRAIN_STALL_S = 10.0   # ... as long as one of them still makes progress
 _STAT = re.compile(r"(\d+) packets? (captured|received by filter|dropped by kernel)")
 
 
@@ -119,6 +123,33 @@ class Capture:
                            f"{text.strip()[-300:] or 'no output'}")
         return False
 
+    def counts(self, timeout: float = 2.0) -> dict[str, int | None] | None:
+        """tcpdump's running counts, asked for with SIGUSR1 (it prints them and goes on):
+        ``captured`` (written to the file) and ``received`` (handed over by the kernel).
+        None when tcpdump is not running or does not answer within timeout."""
+        if self.proc is None or not self.proc.running() or not self.ready():
+            return None  # SIGUSR1 before tcpdump handles it would end it
+        seen = len(_STAT.findall(self._log_text()))
+        if not self.proc.send(signal.SIGUSR1):
+            return None
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            text = self._log_text()
+            if len(_STAT.findall(text)) >= seen + 3:
+                return parse_tcpdump_stats(text)
+            time.sleep(0.02)
+        return None
+
+    def unwritten(self, counts: dict[str, int | None]) -> int | None:
+        """Packets the kernel handed tcpdump that it has not written, from `counts`.
+
+        On loopback the kernel counts every packet twice (as sent and as received) and
+        libpcap keeps one copy, so half of ``received`` is what tcpdump will write."""
+        if counts["captured"] is None or counts["received"] is None:
+            return None
+        received = counts["received"] // 2 if self.intf == "lo" else counts["received"]
+        return max(0, received - counts["captured"])
+
     def start(self, timeout: float = READY_TIMEOUT_S) -> None:
         """Start tcpdump and wait until it captures."""
         self.spawn()
@@ -129,6 +160,8 @@ class Capture:
         """Let tcpdump catch up (its file stops growing for ``settle`` seconds, at most
         ``limit``), then SIGINT it (it closes the file cleanly); return its packet counts."""
         if self.proc is not None:
+            if settle > 0:  # (a `CaptureSet` drains all its captures at once first)
+                drain([self])
             _settle([self.path], settle, limit)
             self.proc.stop(sig=signal.SIGINT, timeout=10)
             self.proc = None
@@ -158,6 +191,44 @@ def _settle(paths: list[Path], settle: float, limit: float) -> None:
             last, since = now, time.time()
         elif time.time() - since >= settle:
             return
+
+
+def drain(caps: list[Capture], limit: float = DRAIN_LIMIT_S,
+          stall: float = DRAIN_STALL_S) -> dict[str, int]:
+    """Wait until every tcpdump of caps has written every packet the kernel handed it.
+
+    A tcpdump that a busy (or software-emulated) machine starves falls thousands of
+    packets behind; SIGINT ends it without writing them (seen: 5831 of 9963 packets of a
+    run's server capture).  Waits while any capture still makes progress, at most limit
+    seconds, giving up after stall seconds without progress.  Returns the packets still
+    unwritten per capture file that did not catch up (empty when all did).
+    """
+    end = time.time() + limit
+    pending = list(caps)
+    behind: dict[str, int] = {}
+    last: dict[str, int] = {}
+    progress = time.time()
+    while pending:
+        still = []
+        for c in pending:
+            n = c.counts()
+            left = None if n is None else c.unwritten(n)
+            if left is None:
+                continue  # not running or not answering: nothing to wait for
+            if left == 0:
+                behind.pop(c.path.name, None)
+                continue
+            behind[c.path.name] = left
+            if n["captured"] != last.get(c.path.name):
+                last[c.path.name] = n["captured"]
+                progress = time.time()
+            still.append(c)
+        pending = still
+        now = time.time()
+        if not pending or now >= end or now - progress >= stall:
+            break
+        time.sleep(0.2)
+    return {name: n for name, n in behind.items() if any(c.path.name == name for c in pending)}
 
 
 def _wait_ready(caps: list[Capture], timeout: float) -> None:
@@ -200,7 +271,9 @@ class CaptureSet:
 
     def stop(self) -> dict[str, dict[str, int | None]]:
         """Stop every capture once all have caught up; stats per pcap file name."""
-        _settle([c.path for c in self.captures if c.proc is not None], SETTLE_S, SETTLE_LIMIT_S)
+        running = [c for c in self.captures if c.proc is not None]
+        drain(running)
+        _settle([c.path for c in running], SETTLE_S, SETTLE_LIMIT_S)
         for c in self.captures:
             self.stats[c.path.name] = c.stop(settle=0)
         return self.stats

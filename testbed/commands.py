@@ -139,6 +139,16 @@ class Process:
         except subprocess.TimeoutExpired as exc:
             raise CommandTimeout(self.argv, timeout or 0, where=self.where) from exc
 
+    def send(self, sig: int) -> bool:
+        """Send sig to this process (by its PID) without waiting; False if it has exited."""
+        if self.popen.poll() is not None:
+            return False
+        try:
+            self.popen.send_signal(sig)
+        except ProcessLookupError:
+            return False
+        return True
+
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 5.0) -> int | None:
         """Signal the process (SIGTERM by default), wait, then SIGKILL if needed.
 

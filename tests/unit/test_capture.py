@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from testbed.capture import Capture, CaptureSet, parse_tcpdump_stats, pcap_name, tcpdump_argv
+from testbed.capture import (
+    Capture,
+    CaptureSet,
+    drain,
+    parse_tcpdump_stats,
+    pcap_name,
+    tcpdump_argv,
+)
 from testbed.errors import InputError, RunError
 
 STATS = """tcpdump: listening on client-eth0, link-type EN10MB (Ethernet), snapshot length 128 bytes
@@ -49,6 +56,17 @@ class FakeProc:
 
     def running(self) -> bool:
         return self.alive
+
+    behind: list[int] = field(default_factory=list)  # unwritten packets per SIGUSR1 answer
+
+    def send(self, sig: int) -> bool:
+        """SIGUSR1: print running counts as tcpdump does (1510 received, `behind` unwritten)."""
+        assert sig == signal.SIGUSR1 and self.alive
+        left = self.behind.pop(0) if self.behind else 0
+        with open(self.log, "a") as f:
+            f.write(f"tcpdump: {1510 - left} packets captured, 1510 packets received by "
+                    "filter, 0 packets dropped by kernel\n")
+        return True
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 5.0) -> int:
         self.signals.append(sig)
@@ -99,3 +117,24 @@ def test_second_capture_does_not_see_the_old_ready_line(tmp_path: Path) -> None:
     c2 = Capture(r, Host(), "client-eth0", tmp_path, tmp_path)
     with pytest.raises(RunError, match="No such device"):
         c2.start(timeout=2)
+
+
+def test_stop_waits_for_a_tcpdump_that_is_behind(tmp_path: Path) -> None:
+    r = FakeRunner()
+    with CaptureSet(r, tmp_path / "pcap", tmp_path / "logs") as caps:
+        caps.add(Host(), "client-eth0")
+        caps.add(None, "s1-eth1")
+        caps.start(timeout=2)
+        r.procs[0].behind = [900, 400, 10]  # catching up: asked until it has written all
+    assert r.procs[0].behind == [] and r.procs[0].signals == [signal.SIGINT]
+
+
+def test_drain_gives_up_on_a_tcpdump_that_makes_no_progress(tmp_path: Path) -> None:
+    r = FakeRunner()
+    c = Capture(r, Host(), "client-eth0", tmp_path, tmp_path)
+    c.start(timeout=2)
+    r.procs[0].behind = [50] * 1000
+    assert drain([c], limit=30, stall=0.5) == {"client-client-eth0.pcap": 50}
+    assert len(r.procs[0].behind) > 990  # stopped asking soon after progress stopped
+    r.procs[0].behind = [0]
+    assert drain([c], limit=30, stall=0.5) == {}
