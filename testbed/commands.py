@@ -218,6 +218,9 @@ class BatchShell:
         except FileNotFoundError as exc:
             raise MissingFeatureError(
                 f"'{argv[0]}' is not installed; run `make install` (scripts/install)") from exc
+        from testbed.schedule import realtime_priority
+
+        realtime_priority(popen.pid)  # link changes on time on a busy machine
         self.process = Process(popen, argv, self._where, runner, None)
         runner._track(self.process)
         runner.transcript.add(TranscriptEntry(time.time(), argv, self._where, None, 0.0,

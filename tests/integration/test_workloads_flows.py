@@ -64,7 +64,10 @@ def pcap_fct(runner: CommandRunner, pcap: Path) -> dict[int, float]:
 def test_flowtool_fct_matches_pcap(make_network, tmp_path: Path) -> None:
     # MultiHomedTopo shapes on the switch ports, so the client's own interface is
     # unshaped: its capture sees the SYN when it is sent and the ACK when it arrives.
-    topo = MultiHomedTopo(paths=[PathSpec("p0", SHAPE)])
+    # 5 Mbit/s: a 200 KB flow takes ~0.4 s, so the app's few milliseconds of scheduling
+    # around connect() and the last read (up to 12 ms seen under software emulation) stay
+    # well inside 5 %; at 10 Mbit/s one flow in four measured 5.1 %
+    topo = MultiHomedTopo(paths=[PathSpec("p0", replace(SHAPE, bw_bps=5_000_000))])
     net = make_network(topo)
     runner, client, server = net.runner, net.host("client"), net.host("server")
     samples, logs, pcap = dirs(tmp_path)
@@ -94,6 +97,7 @@ def test_flowtool_fct_matches_pcap(make_network, tmp_path: Path) -> None:
         assert r["error"] is None and r["bytes_received"] == 200_000, r
         ref = fct[r["sport"]]
         rows.append({"flow": r["flow_id"], "app_fct_s": r["fct_s"], "pcap_fct_s": ref,
+                     "diff_ms": 1e3 * (r["fct_s"] - ref),
                      "diff_pct": 100 * (r["fct_s"] - ref) / ref})
     print("FIGURES", json.dumps(rows))
     for row in rows:

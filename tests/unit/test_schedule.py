@@ -169,3 +169,22 @@ def test_player_uses_the_given_clock() -> None:
     player.join(5)
     assert player.applied[0].t_planned == 1000.01
     assert player.applied[0].t_applied >= 1000.01
+
+
+def test_realtime_priority_applies_to_the_calling_thread_only() -> None:
+    import os
+    import threading
+
+    from testbed.schedule import realtime_priority
+
+    seen: dict[str, object] = {}
+
+    def body() -> None:
+        seen["took"] = realtime_priority(0)
+        seen["policy"] = os.sched_getscheduler(0)
+
+    th = threading.Thread(target=body)
+    th.start()
+    th.join()
+    assert seen["took"] == (seen["policy"] == os.SCHED_FIFO)  # True as root, else False
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER  # this thread is untouched
