@@ -97,20 +97,21 @@ class Capture:
         self.argv = tcpdump_argv(intf, self.path, snaplen, bpf_filter)
         self.proc: Process | None = None
         self.stats: dict[str, int | None] = {}
-        self._offset = 0
+        self._offset = 0    # where this run's tcpdump output starts in the log
+        self._answered = 0  # where the last answer to `counts` ends
 
-    def _log_text(self) -> str:
+    def _log_text(self, offset: int | None = None) -> str:
         if not self.log.exists():
             return ""
         with open(self.log, "rb") as f:
-            f.seek(self._offset)
+            f.seek(self._offset if offset is None else offset)
             return f.read().decode(errors="replace")
 
     def spawn(self) -> None:
         """Start tcpdump (without waiting for it)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.log.parent.mkdir(parents=True, exist_ok=True)
-        self._offset = self.log.stat().st_size if self.log.exists() else 0
+        self._offset = self._answered = self._log_size()
         self.proc = self.runner.spawn(self.argv, host=self.host, log=self.log)
 
     def ready(self) -> bool:
@@ -129,26 +130,33 @@ class Capture:
         None when tcpdump is not running or does not answer within timeout."""
         if self.proc is None or not self.proc.running() or not self.ready():
             return None  # SIGUSR1 before tcpdump handles it would end it
-        seen = len(_STAT.findall(self._log_text()))
+        start = self._log_size()  # only an answer written after this signal counts
         if not self.proc.send(signal.SIGUSR1):
             return None
         deadline = time.time() + timeout
         while time.time() < deadline:
-            text = self._log_text()
-            if len(_STAT.findall(text)) >= seen + 3:
+            text = self._log_text(start)
+            if len(_STAT.findall(text)) >= 3 and text.endswith("\n"):
+                self._answered = self._log_size()  # the closing counts come after this
                 return parse_tcpdump_stats(text)
             time.sleep(0.02)
         return None
 
+    def _log_size(self) -> int:
+        return self.log.stat().st_size if self.log.exists() else 0
+
     def unwritten(self, counts: dict[str, int | None]) -> int | None:
         """Packets the kernel handed tcpdump that it has not written, from `counts`.
 
-        On loopback the kernel counts every packet twice (as sent and as received) and
-        libpcap keeps one copy, so half of ``received`` is what tcpdump will write."""
+        ``received`` includes the packets the kernel dropped (they will never be
+        written).  On loopback the kernel counts every packet twice (as sent and as
+        received) and libpcap keeps one copy, so half of what is left is to be written."""
         if counts["captured"] is None or counts["received"] is None:
             return None
-        received = counts["received"] // 2 if self.intf == "lo" else counts["received"]
-        return max(0, received - counts["captured"])
+        handed = counts["received"] - (counts["dropped"] or 0)
+        if self.intf == "lo":
+            handed //= 2
+        return max(0, handed - counts["captured"])
 
     def start(self, timeout: float = READY_TIMEOUT_S) -> None:
         """Start tcpdump and wait until it captures."""
@@ -165,7 +173,8 @@ class Capture:
             _settle([self.path], settle, limit)
             self.proc.stop(sig=signal.SIGINT, timeout=10)
             self.proc = None
-            self.stats = parse_tcpdump_stats(self._log_text())
+            # the closing counts only: not an earlier answer to `counts`
+            self.stats = parse_tcpdump_stats(self._log_text(max(self._offset, self._answered)))
         return self.stats
 
 
@@ -214,7 +223,9 @@ def drain(caps: list[Capture], limit: float = DRAIN_LIMIT_S,
             n = c.counts()
             left = None if n is None else c.unwritten(n)
             if left is None:
-                continue  # not running or not answering: nothing to wait for
+                if c.proc is not None and c.proc.running():
+                    still.append(c)  # too starved to answer: wait, as long as others progress
+                continue
             if left == 0:
                 behind.pop(c.path.name, None)
                 continue

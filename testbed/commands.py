@@ -218,9 +218,6 @@ class BatchShell:
         except FileNotFoundError as exc:
             raise MissingFeatureError(
                 f"'{argv[0]}' is not installed; run `make install` (scripts/install)") from exc
-        from testbed.schedule import realtime_priority
-
-        realtime_priority(popen.pid)  # link changes on time on a busy machine
         self.process = Process(popen, argv, self._where, runner, None)
         runner._track(self.process)
         runner.transcript.add(TranscriptEntry(time.time(), argv, self._where, None, 0.0,
@@ -235,12 +232,23 @@ class BatchShell:
         command, `CommandTimeout` if the shell does not answer within timeout."""
         return run_batches([(self, cmds)], timeout)
 
-    def _send(self, cmds: Sequence[Sequence[str]]) -> tuple[int, int, float]:
-        """Write cmds and the sentinel (the caller holds the lock); return
+    def realtime(self) -> bool:
+        """Run this shell with a real-time priority where allowed (for the shells a link
+        schedule uses: they sleep until an event, then must run at once)."""
+        from testbed.schedule import realtime_priority
+
+        return realtime_priority(self.process.pid)
+
+    def _lines(self, cmds: Sequence[Sequence[str]]) -> list[str]:
+        """cmds as batch lines; ValueError for a command of another tool."""
+        for argv in cmds:
+            if not argv or argv[0] != self.tool:
+                raise ValueError(f"{self.tool} batch shell given {list(argv)!r}")
+        return batch_text(cmds).splitlines()
+
+    def _send(self, lines: list[str]) -> tuple[int, int, float]:
+        """Write lines and the sentinel (the caller holds the lock); return
         (first line number, sentinel line number, time sent)."""
-        if cmds and cmds[0][0] != self.tool:
-            raise ValueError(f"{self.tool} batch shell given {list(cmds[0])!r}")
-        lines = batch_text(cmds).splitlines()
         first = self._line + 1
         self._line += len(lines) + 1
         t0 = time.time()
@@ -317,10 +325,17 @@ def run_batches(jobs: Sequence[tuple[BatchShell, Sequence[Sequence[str]]]],
     with contextlib.ExitStack() as held:
         for sh in shells:
             held.enter_context(sh._lock)
-        sent = [(sh, cmds, *sh._send(cmds)) for sh, cmds in jobs]
+        lines = [sh._lines(cmds) for sh, cmds in jobs]  # every job checked before any runs
+        sent = []
+        error: Exception | None = None
+        for (sh, cmds), text in zip(jobs, lines, strict=True):
+            try:
+                sent.append((sh, cmds, *sh._send(text)))
+            except CommandError as exc:  # that shell has exited: read the others, then raise
+                error = exc
+                break
         deadline = time.time() + timeout
         done = 0.0
-        error: Exception | None = None
         for sh, cmds, first, sentinel, t0 in sent:
             try:  # read every shell to its sentinel, even after a failure
                 done = max(done, sh._collect(cmds, first, sentinel, t0, deadline))

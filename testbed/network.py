@@ -312,7 +312,7 @@ class Network:
         self._stopped = False
         self._shells: dict[tuple[str, str], BatchShell] = {}
         self._warmed = False
-        self._warm_reads: set[tuple[str | None, tuple[str, ...]]] = set()
+        self._schedule_shells: list[BatchShell] = []  # warmed and real-time
 
     # -- context manager --------------------------------------------------------------
     def __enter__(self) -> Network:
@@ -577,10 +577,10 @@ class Network:
 
     def prepare_schedule(self, events: Sequence[ScheduleEvent]) -> None:
         """Get ready to apply events on time: start the batch shells they will use, have
-        them read their interfaces once, and run the kernel's change paths once on a
-        throwaway veth.  Under software emulation this takes a second or more, so call it
-        before the run's time origin is fixed; `play` does it itself otherwise (shells
-        already warmed are skipped)."""
+        them read their interfaces once, give them a real-time priority (where allowed),
+        and run the kernel's change paths once on a throwaway veth.  Under software
+        emulation this takes a second or more, so call it before the run's time origin
+        is fixed; `play` does it itself otherwise (shells already warmed are skipped)."""
         warm: dict[tuple[str | None, str], list[list[str]]] = {}
         for ev in events:
             link = self.link(ev.link)
@@ -597,11 +597,11 @@ class Network:
         if events and not self._warmed:
             self._warm_kernel_paths()
         for (node, tool), cmds in warm.items():
-            new = [c for c in {tuple(c): c for c in cmds}.values()
-                   if (node, tuple(c)) not in self._warm_reads]
-            if new:
-                self._shell(node, tool).run(new)
-                self._warm_reads.update((node, tuple(c)) for c in new)
+            shell = self._shell(node, tool)
+            if shell not in self._schedule_shells:  # new (or restarted): warm it up
+                shell.run(list({tuple(c): c for c in cmds}.values()))
+                shell.realtime()  # it sleeps until an event, then must run at once
+                self._schedule_shells.append(shell)
 
     def play(self, events: Sequence[ScheduleEvent], t0: float | None = None,
              log: Path | None = None) -> SchedulePlayer:
@@ -696,6 +696,7 @@ class Network:
         for shell in self._shells.values():
             shell.stop()
         self._shells.clear()
+        self._schedule_shells.clear()
 
     # -- stop -------------------------------------------------------------------------
     def stop(self) -> None:

@@ -138,3 +138,23 @@ def test_drain_gives_up_on_a_tcpdump_that_makes_no_progress(tmp_path: Path) -> N
     assert len(r.procs[0].behind) > 990  # stopped asking soon after progress stopped
     r.procs[0].behind = [0]
     assert drain([c], limit=30, stall=0.5) == {}
+
+
+def test_unwritten_leaves_out_kernel_drops_and_loopback_copies(tmp_path: Path) -> None:
+    veth = Capture(FakeRunner(), Host(), "client-eth0", tmp_path, tmp_path)
+    assert veth.unwritten({"captured": 900, "received": 1000, "dropped": 100}) == 0
+    assert veth.unwritten({"captured": 800, "received": 1000, "dropped": 100}) == 100
+    assert veth.unwritten({"captured": 5, "received": None, "dropped": 0}) is None
+    lo = Capture(FakeRunner(), None, "lo", tmp_path, tmp_path)
+    assert lo.unwritten({"captured": 6, "received": 12, "dropped": 0}) == 0
+    assert lo.unwritten({"captured": 4, "received": 12, "dropped": 0}) == 2
+
+
+def test_closing_stats_are_not_taken_from_an_earlier_answer(tmp_path: Path) -> None:
+    r = FakeRunner()
+    c = Capture(r, Host(), "client-eth0", tmp_path, tmp_path)
+    c.start(timeout=2)
+    assert c.counts() == {"captured": 1510, "received": 1510, "dropped": 0}
+    r.procs[0].stop = lambda sig=None, timeout=None: 0  # dies without its closing lines
+    c.stop(settle=0)
+    assert c.stats == {"captured": None, "received": None, "dropped": None}

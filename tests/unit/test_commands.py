@@ -164,3 +164,18 @@ def test_call_relay_interrupt_stops_the_whole_process_tree(tmp_path):
     while not gone() and time.time() < deadline:
         time.sleep(0.05)
     assert gone(), "the child's own child outlived the interrupt"
+
+
+@pytest.mark.skipif(which("tc") is None or which("ip") is None, reason="iproute2 missing")
+def test_run_batches_checks_every_job_before_running_any() -> None:
+    runner = CommandRunner()
+    tc, ip = runner.batch_shell("tc"), runner.batch_shell("ip")
+    try:
+        with pytest.raises(ValueError, match="ip batch shell given"):
+            run_batches([(tc, [["tc", "qdisc", "show", "dev", "lo"]]),
+                         (ip, [["tc", "qdisc", "show", "dev", "lo"]])])
+        assert [e for e in runner.transcript.entries if e.kind == "run"] == []  # none ran
+        run_batches([(tc, [["tc", "qdisc", "show", "dev", "lo"]])])  # still in step
+    finally:
+        tc.stop()
+        ip.stop()

