@@ -171,9 +171,31 @@ def rate_warnings(ctx: ReportContext) -> None:
                                 f"exceeds the configured {p['bw']} by more than 20%")
 
 
+def capture_losses(stats: dict[str, dict[str, int | None]]) -> list[str]:
+    """Warnings for captures that miss packets, from a bundle's ``captures`` metadata
+    ({pcap name: {captured, received, dropped}}, tcpdump's closing counts): packets the
+    kernel dropped, and packets it handed over that tcpdump never wrote (on loopback the
+    kernel counts each packet twice)."""
+    out = []
+    for name, st in sorted((stats or {}).items()):
+        if not isinstance(st, dict) or st.get("captured") is None or st.get("received") is None:
+            continue
+        dropped = int(st.get("dropped") or 0)
+        handed = int(st["received"]) - dropped
+        if name.endswith("-lo.pcap"):
+            handed, dropped = handed // 2, dropped // 2
+        unwritten = max(0, handed - int(st["captured"]))
+        if dropped or unwritten:
+            out.append(f"capture {name}: {dropped} packets dropped by the kernel and "
+                       f"{unwritten} never written, of {handed + dropped}; flow bytes, "
+                       "throughput and reordering from this capture are incomplete")
+    return out
+
+
 def warnings_section(ctx: ReportContext) -> str:
     """Warnings gathered while building the report."""
     if ctx.kind == "run":
+        ctx.warnings.extend(capture_losses(ctx.meta.get("captures") or {}))
         rate_warnings(ctx)
         if ctx.meta.get("status") not in (None, "complete"):
             ctx.warnings.append(f"run status is {ctx.meta.get('status')!r}, not complete")

@@ -130,6 +130,32 @@ def test_run_report_has_figures_tables_spec_and_warnings(tmp_path):
     assert (run / "metrics" / "flows.parquet").is_file()
 
 
+def test_capture_losses_name_dropped_and_unwritten_packets():
+    got = report.capture_losses({
+        "server-server-eth0.pcap": {"captured": 5831, "received": 9963, "dropped": 0},
+        "client-client-eth0.pcap": {"captured": 5146, "received": 5146, "dropped": 0},
+        "s1-s1-eth1.pcap": {"captured": 900, "received": 1000, "dropped": 100},
+        "h1-lo.pcap": {"captured": 6, "received": 12, "dropped": 0},
+        "x-x-eth9.pcap": {"captured": None, "received": None, "dropped": None}})
+    assert got == [
+        "capture s1-s1-eth1.pcap: 100 packets dropped by the kernel and 0 never written, of "
+        "1000; flow bytes, throughput and reordering from this capture are incomplete",
+        "capture server-server-eth0.pcap: 0 packets dropped by the kernel and 4132 never "
+        "written, of 9963; flow bytes, throughput and reordering from this capture are "
+        "incomplete"]
+
+
+def test_run_report_warns_about_an_incomplete_capture(tmp_path):
+    run = _run_dir(tmp_path)
+    meta = json.loads((run / "metadata.json").read_text())
+    meta["captures"] = {"client-client-eth0.pcap": {"captured": 10, "received": 30,
+                                                    "dropped": 0}}
+    (run / "metadata.json").write_text(json.dumps(meta))
+    page = report.write_report(run).read_text()
+    assert "capture client-client-eth0.pcap: 0 packets dropped by the kernel and 20 never" \
+        in page
+
+
 def _sweep(tmp_path):
     d = tmp_path / "sweep"
     d.mkdir()
