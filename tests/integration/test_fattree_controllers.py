@@ -129,6 +129,18 @@ def why_skip(runner: CommandRunner) -> str | None:
     return None
 
 
+def keep_ovs_state(runner: CommandRunner, workdir: Path) -> None:
+    """Copy what explains a switch that never reached the controller into workdir: every
+    controller record (is_connected, status) and ovs-vswitchd's log (in the VM it lives
+    in a tmpfs that is gone when the VM exits)."""
+    res = runner.run(["ovs-vsctl", "--timeout=30", "list", "controller"], check=False,
+                     record=False)
+    (workdir / "ovs-controllers.txt").write_text(res.stdout + res.stderr)
+    log = Path("/var/log/openvswitch/ovs-vswitchd.log")
+    if log.exists():
+        shutil.copyfile(log, workdir / "ovs-vswitchd.log")
+
+
 @pytest.fixture(scope="module")
 def fabric() -> Iterator[Fabric]:
     runner = CommandRunner()
@@ -145,7 +157,11 @@ def fabric() -> Iterator[Fabric]:
     net = Network(topo, runner=runner, controller=ctl, workdir=workdir / "net",
                   ready_timeout=READY_TIMEOUT)
     t0 = time.time()
-    net.start()
+    try:
+        net.start()
+    except Exception:
+        keep_ovs_state(runner, workdir)  # why switches did not connect, before it is gone
+        raise
     fab = Fabric(net, ctl, runner, workdir)
     fab.figures["single_path"] = {
         "programmed_s": round(max(ctl.current.ready_at.values()) - t0, 1),
@@ -153,6 +169,7 @@ def fabric() -> Iterator[Fabric]:
     try:
         yield fab
     finally:
+        keep_ovs_state(runner, workdir)
         for sw in ("E0", "A0", "C0"):  # kept with the test's files, for diagnosis
             for what in ("dump-flows", "dump-groups", "dump-ports"):
                 res = runner.run(["ovs-ofctl", "-O", "OpenFlow13", what, sw], check=False)
