@@ -31,6 +31,7 @@ from analysis import plots
 from analysis.bundle import HEADLINE_KEYS, analyze_bundle, headline, load_metadata
 from analysis.samples import write_atomic
 from testbed import units
+from testbed.capture import shortfall
 from testbed.compat import tomllib
 from testbed.errors import InputError
 
@@ -178,17 +179,14 @@ def capture_losses(stats: dict[str, dict[str, int | None]]) -> list[str]:
     kernel counts each packet twice)."""
     out = []
     for name, st in sorted((stats or {}).items()):
-        if not isinstance(st, dict) or st.get("captured") is None or st.get("received") is None:
+        short = shortfall(st, loopback=name.endswith("-lo.pcap")) \
+            if isinstance(st, dict) else None
+        if short is None or not any(short):
             continue
-        dropped = int(st.get("dropped") or 0)
-        handed = int(st["received"]) - dropped
-        if name.endswith("-lo.pcap"):
-            handed, dropped = handed // 2, dropped // 2
-        unwritten = max(0, handed - int(st["captured"]))
-        if dropped or unwritten:
-            out.append(f"capture {name}: {dropped} packets dropped by the kernel and "
-                       f"{unwritten} never written, of {handed + dropped}; flow bytes, "
-                       "throughput and reordering from this capture are incomplete")
+        total = int(st["received"]) // (2 if name.endswith("-lo.pcap") else 1)
+        out.append(f"capture {name}: {short[0]} packets dropped by the kernel and "
+                   f"{short[1]} never written, of {total}; flow bytes, "
+                   "throughput and reordering from this capture are incomplete")
     return out
 
 

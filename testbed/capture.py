@@ -74,6 +74,23 @@ def parse_tcpdump_stats(text: str) -> dict[str, int | None]:
     return out
 
 
+def shortfall(counts: dict[str, int | None], loopback: bool = False
+              ) -> tuple[int, int] | None:
+    """(dropped by the kernel, handed over but not written) from tcpdump's counts
+    (captured / received / dropped); None when they are unknown (pure).
+
+    ``received`` includes the packets the kernel dropped.  On loopback the kernel counts
+    every packet twice (as sent and as received) and libpcap keeps one copy."""
+    captured, received = counts.get("captured"), counts.get("received")
+    if captured is None or received is None:
+        return None
+    dropped = int(counts.get("dropped") or 0)
+    handed = int(received) - dropped
+    if loopback:
+        handed, dropped = handed // 2, dropped // 2
+    return dropped, max(0, handed - int(captured))
+
+
 def pcap_name(node: str, intf: str) -> str:
     """``<node>-<intf>.pcap``."""
     return f"{node}-{intf}.pcap"
@@ -146,17 +163,9 @@ class Capture:
         return self.log.stat().st_size if self.log.exists() else 0
 
     def unwritten(self, counts: dict[str, int | None]) -> int | None:
-        """Packets the kernel handed tcpdump that it has not written, from `counts`.
-
-        ``received`` includes the packets the kernel dropped (they will never be
-        written).  On loopback the kernel counts every packet twice (as sent and as
-        received) and libpcap keeps one copy, so half of what is left is to be written."""
-        if counts["captured"] is None or counts["received"] is None:
-            return None
-        handed = counts["received"] - (counts["dropped"] or 0)
-        if self.intf == "lo":
-            handed //= 2
-        return max(0, handed - counts["captured"])
+        """Packets the kernel handed tcpdump that it has not written, from `counts`."""
+        short = shortfall(counts, loopback=self.intf == "lo")
+        return None if short is None else short[1]
 
     def start(self, timeout: float = READY_TIMEOUT_S) -> None:
         """Start tcpdump and wait until it captures."""
