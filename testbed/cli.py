@@ -94,6 +94,10 @@ def study(directories: Annotated[list[Path], typer.Argument(
           no_report: Annotated[bool, typer.Option(
               "--no-report", help="Run only; write the reports later with --report-only.")
           ] = False,
+          fresh_networks: Annotated[bool, typer.Option(
+              "--fresh-networks", help="Build a network for every run (default: "
+              "consecutive TCP runs on the same topology without a schedule share one).")
+          ] = False,
           ) -> None:
     """Run every spec of reproduced studies and write their paper-vs-ours reports."""
     from testbed import study as st
@@ -116,7 +120,7 @@ def study(directories: Annotated[list[Path], typer.Argument(
                    err=True)
         from testbed import vm as vmmod
 
-        argv = st.in_vm_argv(directories, variant, out, only, fail_fast)
+        argv = st.in_vm_argv(directories, variant, out, only, fail_fast, fresh_networks)
         rc = guarded(lambda: vmmod.run_in_vm(argv, memory="3G"))
         for d, target in zip(directories, targets, strict=True):
             if target.is_dir():
@@ -127,7 +131,8 @@ def study(directories: Annotated[list[Path], typer.Argument(
     for d, target in zip(directories, targets, strict=True):
         try:
             outcome = guarded(lambda d=d, target=target: st.run_study(
-                d, variant, target, only, fail_fast, reports=not no_report))
+                d, variant, target, only, fail_fast, reports=not no_report,
+                fresh_networks=fresh_networks))
         except KeyboardInterrupt:
             typer.echo(f"interrupted: finished runs are kept in {target}; run the same "
                        "command again to resume", err=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import time
 from typing import Any
 
 from mininet.link import Intf
@@ -164,6 +165,16 @@ def with_inactivity_probe(vsctl_args: str, probe_ms: int) -> str:
                               f" create Controller inactivity_probe={int(probe_ms)} ")
 
 
+VSCTL_TRIES = 3
+VSCTL_RETRY_S = 2.0
+
+
+def is_vsctl_error(output: str) -> bool:
+    """True if ovs-vsctl's output (stdout and stderr together) reports a failure (pure);
+    a bridge-creating transaction prints nothing when it succeeds."""
+    return any(line.startswith("ovs-vsctl:") for line in output.splitlines())
+
+
 class ProbedOVSSwitch(OVSSwitch):
     """An `OVSSwitch` whose controller connections carry an inactivity probe from the start.
 
@@ -177,9 +188,33 @@ class ProbedOVSSwitch(OVSSwitch):
     def __init__(self, name: str, inactivity_probe_ms: int | None = None, **params: Any):
         super().__init__(name, **params)
         self.inactivity_probe_ms = inactivity_probe_ms
+        self.vsctl_errors: list[str] = []  # outputs of ovs-vsctl calls that failed
 
     def vsctl(self, *args: Any, **kwargs: Any) -> Any:
         if self.inactivity_probe_ms is not None:
             args = tuple(with_inactivity_probe(a, self.inactivity_probe_ms)
                          if isinstance(a, str) else a for a in args)
-        return super().vsctl(*args, **kwargs)
+        out = super().vsctl(*args, **kwargs)
+        if isinstance(out, str) and is_vsctl_error(out):
+            self.vsctl_errors.append(out.strip())
+        return out
+
+    def start(self, controllers: list[Any]) -> None:
+        """Mininet's start, but a failed ``ovs-vsctl`` is not ignored.
+
+        Mininet discards the output of the one ``ovs-vsctl`` that creates the bridge, so a
+        transaction the database refused left a switch that never reached its controller.
+        The command deletes the bridge first (``--if-exists del-br``), so it is retried
+        (3 tries, 2 s apart) before `RunError` names the bridge and the error.
+        """
+        out = ""
+        for attempt in range(VSCTL_TRIES):
+            if attempt:
+                time.sleep(VSCTL_RETRY_S)
+            self.vsctl_errors = []
+            super().start(controllers)
+            if not self.vsctl_errors:
+                return
+            out = self.vsctl_errors[-1]
+        raise RunError(f"ovs-vsctl could not create bridge {self.name} "
+                       f"({VSCTL_TRIES} tries): {out[-300:]}")

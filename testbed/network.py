@@ -49,6 +49,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import threading
 import time
@@ -59,7 +60,13 @@ from typing import Any
 
 from testbed import shaping as sh
 from testbed.commands import BatchShell, CommandRunner, run_batches
-from testbed.errors import CommandError, InputError, MissingFeatureError, RunError
+from testbed.errors import (
+    CommandError,
+    InputError,
+    MissingFeatureError,
+    RunError,
+    TestbedError,
+)
 from testbed.schedule import ScheduleEvent, SchedulePlayer
 
 MANIFEST = "network.json"
@@ -300,6 +307,8 @@ class Network:
         self.ready_timeout = ready_timeout
         self.handle_signals = handle_signals
         self.links = link_groups(topo)
+        # what every link is configured as, for `begin_run` to undo a schedule's changes
+        self._configured = {n: (link.shape, link.up) for n, link in self.links.items()}
         self.manifest = Manifest()
         self.mn: Any = None
         self.cleanup_report: dict[str, list[str]] = {}
@@ -337,6 +346,10 @@ class Network:
             self._start_switches()
             self._configure()
         except BaseException:
+            if self.mn is not None and self.mn.switches and self.workdir is not None:
+                # what explains a switch that never reached its controller, before the
+                # bridges are gone (a VM's OVS log lives in a tmpfs)
+                keep_ovs_state(self.runner, self.workdir)
             self.stop()
             raise
         return self
@@ -444,10 +457,24 @@ class Network:
             ctl.start()
             ctl.pre_switch_start(self)
         self.mn.start()
+        self._check_bridges()
         if ctl is not None:
-            dpids = [int(s.dpid, 16) for s in self.mn.switches]
-            ctl.wait_ready(dpids, self.ready_timeout)
-            ctl.post_switch_start(self)
+            self._wait_programmed(ctl)
+
+    def _wait_programmed(self, ctl: Any) -> None:
+        ctl.wait_ready([int(s.dpid, 16) for s in self.mn.switches], self.ready_timeout)
+        ctl.post_switch_start(self)
+
+    def _check_bridges(self) -> None:
+        """Every switch of the topology is a bridge in OVS now (one ``ovs-vsctl`` call)."""
+        if not self.mn.switches:
+            return
+        bridges = set(self.runner.run(["ovs-vsctl", "--timeout=30", "list-br"]).stdout.split())
+        missing = [s.name for s in self.mn.switches if s.name not in bridges]
+        if missing:
+            raise RunError(f"Open vSwitch has no bridge for {', '.join(missing[:8])} after "
+                           "the switches started; see ovs-vswitchd's log "
+                           "(/var/log/openvswitch/ovs-vswitchd.log)")
 
     def _configure(self) -> None:
         if not self.offloads:
@@ -719,6 +746,61 @@ class Network:
         finally:
             self._restore_signal_handlers()
 
+    # -- one network, several runs -----------------------------------------------------
+    def end_run(self) -> None:
+        """Remove what one run added to this network and keep the rest for the next run
+        (`begin_run`): schedule players and batch shells stop, every process in the hosts
+        is ended, the controller is stopped and its nftables tables deleted.  Hosts,
+        links, shaping and switches stay.  Raises `RunError` naming what could not be
+        removed; the network should then be stopped instead of reused."""
+        if not self._started or self._stopped:
+            raise RunError("end_run: this network is not running")
+        before = len(self.cleanup_errors)
+        self._step("schedules", self._stop_players)
+        self._step("processes", self._stop_host_processes)
+        if self.controller is not None:
+            self._step("controller", self.controller.stop)
+        self._step("nftables", self._delete_nft_tables)
+        self.controller = None
+        self._players.clear()
+        self._shells.clear()
+        self._schedule_shells.clear()
+        failed = self.cleanup_errors[before:]
+        if failed:
+            raise RunError("the network cannot be reused: " + "; ".join(failed))
+
+    def begin_run(self, runner: CommandRunner, controller: Any = None,
+                  workdir: Path | None = None) -> None:
+        """Make this network, kept by `end_run`, ready for the next run.
+
+        runner: the run's command runner (its transcript gets every command from now on);
+        controller: the run's controller hook (started here, then waited for until every
+        switch is programmed again: a new controller wipes the previous one's rules);
+        workdir: where the manifest goes now (the run's bundle, so that a crash is
+        cleaned up from there).  Links that a schedule changed get their configured shape
+        and state back, and every host's TCP metrics cache is flushed: a cached
+        ssthresh or RTT would carry one run's outcome into the next.
+        """
+        if not self._started or self._stopped:
+            raise RunError("begin_run: this network is not running")
+        self.runner = runner
+        if workdir is not None:
+            self.workdir = Path(workdir)
+            self._write_manifest()
+        for name, (shape, up) in self._configured.items():
+            link = self.links[name]
+            if link.shape != shape:
+                self.set_shape(name, shape)
+            if link.up != up:
+                self.set_up(name, up)
+        self._run_batches({h.name: [["ip", "tcp_metrics", "flush", "all"]]
+                           for h in self.mn.hosts})
+        self.controller = controller
+        if controller is not None:
+            controller.start()
+            controller.pre_switch_start(self)
+            self._wait_programmed(controller)
+
     def _step(self, what: str, fn: Callable[[], Any]) -> None:
         try:
             fn()
@@ -773,6 +855,8 @@ class Network:
         if ours:
             self.runner.run(["nft", "-f", "-"],
                             input="".join(f"delete table {f} {n}\n" for f, n in ours))
+        self.manifest.nft_tables.clear()
+        self._write_manifest()
 
     def _remove_leftovers(self) -> None:
         report = remove_leftovers(self.manifest, self.runner)
@@ -804,6 +888,23 @@ class Network:
         for sig, old in self._old_handlers.items():
             signal.signal(sig, old)
         self._old_handlers.clear()
+
+
+def keep_ovs_state(runner: CommandRunner, dest: Path) -> None:
+    """Copy into dest what OVS knows about its controller connections: every controller
+    record (``ovs-controllers.txt``: is_connected, status) and ovs-vswitchd's log.
+    Never raises: it runs while something else already went wrong."""
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+        res = runner.run(["ovs-vsctl", "--timeout=30", "list", "controller"], check=False,
+                         record=False, timeout=60)
+        (dest / "ovs-controllers.txt").write_text(res.stdout + res.stderr)
+        log = Path("/var/log/openvswitch/ovs-vswitchd.log")
+        if log.exists():
+            shutil.copyfile(log, dest / "ovs-vswitchd.log")
+    except (OSError, TestbedError) as exc:
+        with contextlib.suppress(OSError):
+            (dest / "ovs-controllers.txt").write_text(f"could not read OVS state: {exc}\n")
 
 
 def is_mininet_shell(pid: int, node: str) -> bool:

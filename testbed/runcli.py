@@ -1,8 +1,9 @@
 """The ``testbed run`` and ``testbed query`` commands (registered on the main typer app).
 
-``testbed run SPEC [--out DIR] [--set KEY=VALUE]... [--dry-run] [--fail-fast] [--no-vm]``
-expands the spec's sweep and repetitions, skips runs whose bundle is already complete,
-and runs the rest one after the other with a progress bar. When this machine cannot run
+``testbed run SPEC [--out DIR] [--set KEY=VALUE]... [--dry-run] [--fail-fast] [--no-vm]
+[--fresh-networks]`` expands the spec's sweep and repetitions, skips runs whose bundle is
+already complete, and runs the rest one after the other with a progress bar; consecutive
+runs that may share a network do (`testbed.reuse`). When this machine cannot run
 experiments natively (see ``testbed doctor``) it re-runs itself inside ``testbed vm``.
 
 ``testbed query DIR "SQL" [--csv | --json]`` runs DuckDB SQL over the bundles in DIR.
@@ -49,6 +50,10 @@ def run_command(
     no_vm: Annotated[bool, typer.Option(
         "--no-vm", help="Never re-run inside `testbed vm`, even when doctor says native "
                         "runs are impossible.")] = False,
+    fresh_networks: Annotated[bool, typer.Option(
+        "--fresh-networks", help="Build a network for every run (default: consecutive TCP "
+                                 "runs on the same topology without a schedule share "
+                                 "one).")] = False,
 ) -> None:
     """Run an experiment spec (its sweep and repetitions) into result bundles."""
     from testbed.sweep import plan_runs
@@ -68,7 +73,7 @@ def run_command(
         raise typer.Exit(0)
 
     if not no_vm and not _native_ok():
-        argv = _self_argv(spec, out_dir, overrides, fail_fast)
+        argv = _self_argv(spec, out_dir, overrides, fail_fast, fresh_networks)
         typer.echo("this machine cannot run experiments natively (see `testbed doctor`); "
                    "re-running inside `testbed vm`", err=True)
         from testbed import vm
@@ -79,7 +84,7 @@ def run_command(
             raise _fail(exc) from None
         raise typer.Exit(code)
 
-    raise typer.Exit(_run_sweep(plans, out_dir, fail_fast, spec, overrides))
+    raise typer.Exit(_run_sweep(plans, out_dir, fail_fast, spec, overrides, fresh_networks))
 
 
 def _native_ok() -> bool:
@@ -93,7 +98,8 @@ def _native_ok() -> bool:
     return bool(doctor.can_run_natively())
 
 
-def _self_argv(spec: Path, out: Path, overrides: list[str], fail_fast: bool) -> list[str]:
+def _self_argv(spec: Path, out: Path, overrides: list[str], fail_fast: bool,
+               fresh_networks: bool = False) -> list[str]:
     """The command that re-runs this very ``testbed run`` (inside the VM)."""
     exe = Path(sys.prefix) / "bin" / "testbed"
     argv = [str(exe)] if exe.exists() else [sys.executable, "-m", "testbed.cli"]
@@ -102,6 +108,8 @@ def _self_argv(spec: Path, out: Path, overrides: list[str], fail_fast: bool) -> 
         argv += ["--set", o]
     if fail_fast:
         argv.append("--fail-fast")
+    if fresh_networks:
+        argv.append("--fresh-networks")
     return argv
 
 
@@ -124,9 +132,12 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 
 def _run_sweep(plans: list[Any], out: Path, fail_fast: bool, spec: Path,
-               overrides: list[str]) -> int:
+               overrides: list[str], fresh_networks: bool = False) -> int:
+    from functools import partial
+
     from testbed.progress import SweepProgress
     from testbed.results import run_sweep
+    from testbed.reuse import NetworkKeeper
     from testbed.runner import execute_run, recover_bundle
 
     sets = [arg for o in overrides for arg in ("--set", o)]
@@ -134,9 +145,10 @@ def _run_sweep(plans: list[Any], out: Path, fail_fast: bool, spec: Path,
              "spec_file": str(spec)}
     progress = SweepProgress()
     try:
-        with _sigterm_as_interrupt():
-            report = run_sweep(plans, out, execute_run, fail_fast=fail_fast,
-                               progress=progress, extra_meta=extra, recover=recover_bundle)
+        with _sigterm_as_interrupt(), NetworkKeeper(keep=not fresh_networks) as keeper:
+            report = run_sweep(plans, out, partial(execute_run, keeper=keeper),
+                               fail_fast=fail_fast, progress=progress, extra_meta=extra,
+                               recover=recover_bundle)
     except KeyboardInterrupt:
         typer.echo(f"interrupted: finished runs are kept in {out}; run the same command "
                    "again to resume", err=True)

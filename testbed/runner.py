@@ -473,12 +473,15 @@ class _Timeline:
             self.phase(name)
 
 
-def execute_run(plan: Any, bundle: Bundle, meta: dict[str, Any], phase: Phase) -> dict:
+def execute_run(plan: Any, bundle: Bundle, meta: dict[str, Any], phase: Phase,
+                keeper: Any = None) -> dict:
     """Run one plan into bundle; fill meta; return the headline metrics.
 
     plan: a `testbed.sweep.RunPlan`; bundle: its (created) folder; meta: the run's
-    metadata (written by the caller); phase: called with the name of each phase.
-    Everything started here is stopped before this returns or raises.
+    metadata (written by the caller); phase: called with the name of each phase;
+    keeper: a `testbed.reuse.NetworkKeeper` that may hand over the previous run's network
+    and keep this one's for the next run (None: the run builds and stops its own).
+    Everything else started here is stopped before this returns or raises.
     """
     exp: Experiment = plan.spec
     runner = CommandRunner()
@@ -500,7 +503,8 @@ def execute_run(plan: Any, bundle: Bundle, meta: dict[str, Any], phase: Phase) -
                                   for i, wl in enumerate(exp.workload)
                                   if isinstance(wl, FlowsWorkload)}
         meta["flows_planned"] = len(flows)
-        _run_network(exp, plan, bundle, meta, runner, tl, topo, hosts, flows, pings, ts)
+        _run_network(exp, plan, bundle, meta, runner, tl, topo, hosts, flows, pings, ts,
+                     keeper)
     finally:
         runner.stop_all()
         atomic_write_text(bundle.transcript_path, runner.transcript.to_jsonl())
@@ -526,10 +530,11 @@ def _ensure_ccs(runner: CommandRunner, exp: Experiment) -> None:
 
 def _run_network(exp: Experiment, plan: Any, bundle: Bundle, meta: dict[str, Any],
                  runner: CommandRunner, tl: _Timeline, topo: Any, hosts: list[str],
-                 flows: list[Any], pings: list[dict[str, Any]], ts: Any) -> None:
+                 flows: list[Any], pings: list[dict[str, Any]], ts: Any,
+                 keeper: Any = None) -> None:
     from testbed.capture import CaptureSet
     from testbed.mptcp import configure_host, host_interfaces
-    from testbed.network import Network
+    from testbed.reuse import NetworkKeeper
     from testbed.sampler import Sampler
     from testbed.traffic.flows import FlowRun
     from testbed.traffic.ping import PingRun
@@ -537,7 +542,10 @@ def _run_network(exp: Experiment, plan: Any, bundle: Bundle, meta: dict[str, Any
     tl.enter("set-up")
     controller = make_controller(exp, topo, bundle, runner)
     workdir = bundle.logs_dir / "network"
-    with Network(topo, runner=runner, controller=controller, workdir=workdir) as net:
+    keeper = keeper or NetworkKeeper(keep=False)
+    net, meta["network"] = keeper.acquire(exp, topo, plan.run_id, runner, controller, workdir)
+    ok = False
+    try:
         meta["interfaces"] = net.interface_map()
         meta["links"] = net.describe()
         peer_mh = bool(getattr(topo, "server_multihomed", False))
@@ -594,7 +602,9 @@ def _run_network(exp: Experiment, plan: Any, bundle: Bundle, meta: dict[str, Any
                                openflow=controller is not None))
         if controller is not None:
             meta["controller"] = {"kind": exp.controller_kind(), **controller.describe()}
-    meta["network_cleanup"] = net.cleanup_report
+        ok = True
+    finally:
+        meta["network_cleanup"] = keeper.release(net, ok)
 
 
 def _traffic(exp: Experiment, net: Any, t0: float, flow_run: Any,

@@ -62,16 +62,21 @@ def study_outputs(studies: list[Path], variant: str, out: Path | None) -> list[P
 
 def run_study(study: Path, variant: str = "quick", out: Path | None = None,
               only: list[str] | None = None, fail_fast: bool = False,
-              reports: bool = True) -> StudyOutcome:
+              reports: bool = True, fresh_networks: bool = False) -> StudyOutcome:
     """Run every spec of the study variant, then write the reports.
 
     study: the study folder; variant: quick | full; out: output folder;
     only: spec stems to run (default all); fail_fast: stop at the first failed run;
     reports: write the reports (off inside the VM: the host writes them afterwards,
-    where plotting is 20x faster than under software emulation).
+    where plotting is 20x faster than under software emulation); fresh_networks: build a
+    network for every run (default: consecutive runs that may share one do, across the
+    study's specs; see `testbed.reuse`).
     """
+    from functools import partial
+
     from testbed.progress import SweepProgress
     from testbed.results import run_sweep
+    from testbed.reuse import NetworkKeeper
     from testbed.runner import execute_run
     from testbed.sweep import plan_runs
 
@@ -87,17 +92,20 @@ def run_study(study: Path, variant: str = "quick", out: Path | None = None,
     # validate every spec before running anything: a typo in the last one should not
     # surface after twenty minutes of runs
     plans = {spec: plan_runs(spec) for spec in specs}
-    for i, (spec, spec_plans) in enumerate(plans.items(), 1):
-        spec_out = out / spec.stem
-        outcome.specs[spec.stem] = spec_out
-        print(f"study {study.name} ({variant}): spec {i}/{len(plans)} {spec.stem}, "
-              f"{len(spec_plans)} run(s) -> {spec_out}", file=sys.stderr, flush=True)
-        extra = {"command": f"testbed study {study} --variant {variant}",
-                 "spec_file": str(spec), "study": study.name, "variant": variant}
-        report = run_sweep(spec_plans, spec_out, execute_run, fail_fast=fail_fast,
-                           progress=SweepProgress(), extra_meta=extra)
-        if report.failed:
-            outcome.failed[spec.stem] = "; ".join(f"{rid}: {err}" for rid, err in report.failed)
+    with NetworkKeeper(keep=not fresh_networks) as keeper:
+        execute = partial(execute_run, keeper=keeper)
+        for i, (spec, spec_plans) in enumerate(plans.items(), 1):
+            spec_out = out / spec.stem
+            outcome.specs[spec.stem] = spec_out
+            print(f"study {study.name} ({variant}): spec {i}/{len(plans)} {spec.stem}, "
+                  f"{len(spec_plans)} run(s) -> {spec_out}", file=sys.stderr, flush=True)
+            extra = {"command": f"testbed study {study} --variant {variant}",
+                     "spec_file": str(spec), "study": study.name, "variant": variant}
+            report = run_sweep(spec_plans, spec_out, execute, fail_fast=fail_fast,
+                               progress=SweepProgress(), extra_meta=extra)
+            if report.failed:
+                outcome.failed[spec.stem] = "; ".join(f"{rid}: {err}"
+                                                      for rid, err in report.failed)
     if reports:
         outcome.report = write_study_report(study, out)
     return outcome
@@ -121,7 +129,8 @@ def write_study_report(study: Path, out: Path) -> Path:
 
 
 def in_vm_argv(studies: list[Path], variant: str, out: Path | None,
-               only: list[str] | None, fail_fast: bool) -> list[str]:
+               only: list[str] | None, fail_fast: bool,
+               fresh_networks: bool = False) -> list[str]:
     """The command that re-runs this very ``testbed study`` inside the VM, without the
     reports (the caller writes them on this machine afterwards)."""
     exe = Path(sys.prefix) / "bin" / "testbed"
@@ -135,6 +144,8 @@ def in_vm_argv(studies: list[Path], variant: str, out: Path | None,
         argv += ["--only", name]
     if fail_fast:
         argv.append("--fail-fast")
+    if fresh_networks:
+        argv.append("--fresh-networks")
     return argv
 
 

@@ -34,7 +34,7 @@ import pytest
 from controllers.launcher import ControllerProcess
 from controllers.stats import chi2_sf, chi_square_uniform
 from testbed.commands import CommandRunner, which
-from testbed.network import Network
+from testbed.network import Network, keep_ovs_state
 from topologies.fattree import FatTreeTopo
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_kernel("netem", "ovs", "nft")]
@@ -129,18 +129,6 @@ def why_skip(runner: CommandRunner) -> str | None:
     return None
 
 
-def keep_ovs_state(runner: CommandRunner, workdir: Path) -> None:
-    """Copy what explains a switch that never reached the controller into workdir: every
-    controller record (is_connected, status) and ovs-vswitchd's log (in the VM it lives
-    in a tmpfs that is gone when the VM exits)."""
-    res = runner.run(["ovs-vsctl", "--timeout=30", "list", "controller"], check=False,
-                     record=False)
-    (workdir / "ovs-controllers.txt").write_text(res.stdout + res.stderr)
-    log = Path("/var/log/openvswitch/ovs-vswitchd.log")
-    if log.exists():
-        shutil.copyfile(log, workdir / "ovs-vswitchd.log")
-
-
 @pytest.fixture(scope="module")
 def fabric() -> Iterator[Fabric]:
     runner = CommandRunner()
@@ -157,11 +145,7 @@ def fabric() -> Iterator[Fabric]:
     net = Network(topo, runner=runner, controller=ctl, workdir=workdir / "net",
                   ready_timeout=READY_TIMEOUT)
     t0 = time.time()
-    try:
-        net.start()
-    except Exception:
-        keep_ovs_state(runner, workdir)  # why switches did not connect, before it is gone
-        raise
+    net.start()  # a failed start keeps OVS's state in workdir/net (keep_ovs_state)
     fab = Fabric(net, ctl, runner, workdir)
     fab.figures["single_path"] = {
         "programmed_s": round(max(ctl.current.ready_at.values()) - t0, 1),

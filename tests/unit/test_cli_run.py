@@ -61,6 +61,15 @@ def test_run_writes_bundles_and_summary(spec, tmp_path, native):
     res = CliRunner().invoke(app, ["run", str(spec), "--out", str(out)])
     assert res.exit_code == 0 and len(native.calls) == 4
     assert "4 of 4 runs already complete" in res.stderr
+    # one keeper for the whole sweep, offering reuse
+    assert len({id(k) for k in native.keepers}) == 1 and native.keepers[0].keep
+
+
+def test_fresh_networks_turns_reuse_off(spec, tmp_path, native):
+    res = CliRunner().invoke(app, ["run", str(spec), "--out", str(tmp_path / "o"),
+                                   "--fresh-networks"])
+    assert res.exit_code == 0, res.stderr
+    assert [k.keep for k in native.keepers] == [False] * 4
 
 
 def test_a_failed_run_gives_exit_1_and_is_listed(spec, tmp_path, monkeypatch):
@@ -97,14 +106,14 @@ def test_reexecutes_in_the_vm_when_native_runs_are_impossible(spec, tmp_path, mo
     monkeypatch.setattr(runcli, "_native_ok", lambda: False)
     monkeypatch.setattr("testbed.vm.run_in_vm", lambda argv: calls.append(argv) or 0)
     res = CliRunner().invoke(app, ["run", str(spec), "--out", str(tmp_path / "o"),
-                                   "--set", "duration=6s", "--fail-fast"])
+                                   "--set", "duration=6s", "--fail-fast", "--fresh-networks"])
     assert res.exit_code == 0, res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
     assert "re-running inside `testbed vm`" in res.stderr
     argv = calls[0]
     assert argv[argv.index("run"):] == [
         "run", str(spec.resolve()), "--out", str((tmp_path / "o").resolve()), "--no-vm",
-        "--set", "duration=6s", "--fail-fast"]
+        "--set", "duration=6s", "--fail-fast", "--fresh-networks"]
 
 
 def test_no_vm_never_asks_doctor(spec, tmp_path, monkeypatch):

@@ -6,13 +6,16 @@ import shlex
 import subprocess
 
 import pytest
+from mininet.node import OVSSwitch
 
+from testbed import mininet_nodes
 from testbed.errors import RunError
 from testbed.mininet_nodes import (
     ProbedOVSSwitch,
     QuickHost,
     QuickIntf,
     ip_batch_line,
+    is_vsctl_error,
     split_ip,
     with_inactivity_probe,
 )
@@ -138,7 +141,7 @@ def test_controller_records_get_the_probe_at_creation():
 def test_probed_switch_passes_the_probe_to_ovs_vsctl():
     sw = ProbedOVSSwitch.__new__(ProbedOVSSwitch)  # no OVS: only vsctl() is exercised
     seen: list[tuple] = []
-    sw.batch, sw.inactivity_probe_ms = False, 30000
+    sw.batch, sw.inactivity_probe_ms, sw.vsctl_errors = False, 30000, []
     sw.cmd = lambda *a, **_: seen.append(a)
     sw.vsctl('-- --id=@c create Controller target=\\"tcp:127.0.0.1:1\\" -- add-br s1')
     assert seen == [("ovs-vsctl",
@@ -147,3 +150,37 @@ def test_probed_switch_passes_the_probe_to_ovs_vsctl():
     sw.inactivity_probe_ms = None
     sw.vsctl("show")
     assert seen[-1] == ("ovs-vsctl", "show")
+
+
+def test_vsctl_errors_are_told_from_silence_and_log_lines():
+    assert is_vsctl_error("ovs-vsctl: unix:/run/openvswitch/db.sock: database connection "
+                          "failed (Connection refused)\n")
+    assert not is_vsctl_error("")
+    assert not is_vsctl_error("2026-11-22T05:00:00Z|00001|ovs-vsctl|WARN|slow\n")
+
+
+def fake_switch(outputs: list[str]) -> ProbedOVSSwitch:
+    """A switch whose ovs-vsctl answers outputs in turn (then silence)."""
+    sw = ProbedOVSSwitch.__new__(ProbedOVSSwitch)
+    sw.name, sw.batch, sw.inactivity_probe_ms, sw.vsctl_errors = "E5", False, None, []
+    sw.calls = []
+    def cmd(*args: str, **_: object) -> str:
+        sw.calls.append(args)
+        return outputs.pop(0) if outputs else ""
+    sw.cmd = cmd
+    return sw
+
+
+def test_switch_start_retries_a_refused_bridge_then_names_it(monkeypatch):
+    monkeypatch.setattr(mininet_nodes, "VSCTL_RETRY_S", 0.0)
+    # stands in for Mininet's start: its one bridge-creating ovs-vsctl
+    monkeypatch.setattr(OVSSwitch, "start",
+                        lambda self, controllers: self.vsctl("-- add-br", self.name))
+    refused = "ovs-vsctl: transaction error: {\"details\":\"busy\"}\n"
+    sw = fake_switch([refused])
+    sw.start([])
+    assert len(sw.calls) == 2 and sw.vsctl_errors == []
+    sw = fake_switch([refused] * 3)
+    with pytest.raises(RunError, match=r"bridge E5 \(3 tries\): ovs-vsctl: transaction"):
+        sw.start([])
+    assert len(sw.calls) == 3

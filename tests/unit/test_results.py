@@ -42,10 +42,12 @@ class FakeRunner:
 
     def __init__(self, fail=(), interrupt=(), missing=(), error=RunError):
         self.calls: list[str] = []
+        self.keepers: list = []  # the NetworkKeeper each run was given (None: none)
         self.fail, self.interrupt, self.missing, self.error = fail, interrupt, missing, error
 
-    def __call__(self, plan, bundle: Bundle, meta, phase):
+    def __call__(self, plan, bundle: Bundle, meta, phase, keeper=None):
         self.calls.append(plan.run_id)
+        self.keepers.append(keeper)
         phase("set-up")
         meta["kernel"] = "fake"
         meta["timing"] = {"set-up": 1.5, "teardown": 0.5, "done": 0.0}
