@@ -8,9 +8,11 @@ Runs one fabric app under os-ken (4.x ships no ``osken-manager``), listening on
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -84,6 +86,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # logger created afterwards, which silences os-ken's loggers; this process never uses
     # Mininet, so restore the standard class before os-ken is imported.
     logging.setLoggerClass(logging.Logger)
+    # SIGUSR1 writes every thread's stack to stderr (the log): `ControllerProcess` asks
+    # for it when switches are not programmed in time, to show where the app waits
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:

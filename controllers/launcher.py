@@ -18,7 +18,10 @@ status lines (`controllers.base`) go to ``<log>.status.jsonl`` and the layout it
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import sys
 import tempfile
 import time
@@ -237,9 +240,11 @@ class ControllerProcess:
                 self.ready_at = ready
                 return ready
             if time.time() > deadline:
+                self.dump_threads()
                 raise RunError(f"controller {self.app}: {len(missing)} switches not programmed "
                                f"after {timeout:g}s ({', '.join(names[d] for d in missing[:8])})"
-                               f"; see {self.log}")
+                               f"; see {self.log} (it ends with the controller's thread "
+                               "stacks)")
             time.sleep(0.1)
 
     def post_switch_start(self, net: Any) -> None:
@@ -259,6 +264,14 @@ class ControllerProcess:
         if res.returncode == 0 and kind not in ("", "system"):
             raise UnsupportedError(f"spray needs the OVS kernel datapath, but bridge {bridge} "
                                    f"uses {kind!r}; start the network with the kernel datapath")
+
+    def dump_threads(self, wait: float = 2.0) -> None:
+        """Have the controller write every thread's stack into its log (SIGUSR1), for a
+        controller that stopped programming switches without an error."""
+        if self.proc is not None and self.proc.running():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.popen.pid, signal.SIGUSR1)
+            time.sleep(wait)
 
     def check_alive(self) -> None:
         """Raise `RunError` (with the log's tail) if the controller process has died."""
@@ -317,8 +330,6 @@ def _tail(path: Path, lines: int = 5) -> str:
 
 def _child_env() -> dict[str, str]:
     """The environment for the controller: ours, with this checkout first on PYTHONPATH."""
-    import os
-
     env = dict(os.environ)
     extra = env.get("PYTHONPATH")
     env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + extra if extra else "")
