@@ -132,8 +132,8 @@ def test_a_sweep_builds_one_network_for_all_its_runs(tmp_path):
     first = metas[0]["run_id"]
     assert [m["network"]["reused"] for m in metas] == [False, True, True, True]
     assert {m["network"]["built_by"] for m in metas} == {first}
-    assert [m["network_cleanup"].get("kept_for_next_run", False) for m in metas] == \
-        [True, True, True, False]
+    # each run left the network for a next one; the sweep's end stopped it (checked below)
+    assert all(m["network_cleanup"] == {"kept_for_next_run": True} for m in metas)
     for m in metas:
         assert m["flows"]["count"] == 1 and m["flows"]["failed"] == 0, m["flows"]
         transcript = (out / m["run_id"] / "transcript.jsonl").read_text()

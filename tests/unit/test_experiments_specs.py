@@ -23,6 +23,7 @@ if str(REPO) not in sys.path:  # running as a script
     sys.path.insert(0, str(REPO))
 
 from testbed.compat import tomllib  # noqa: E402
+from testbed.reuse import reuse_key  # noqa: E402
 from testbed.runner import dry_run_commands  # noqa: E402
 from testbed.spec import FatTreeTopology, MultipathTopology  # noqa: E402
 from testbed.sweep import RunPlan, plan_runs  # noqa: E402
@@ -39,6 +40,9 @@ VARIANTS = ("quick", "full")
 # 10.0 s (medians of the P0 quick sweep); a fat-tree run's set-up 218 s + teardown 93 s
 # + analysis 35 s.
 FIXED_S = {"multipath": 50.0, "fattree": 345.0}
+# A run on the previous run's network (`testbed.reuse`): no network start or stop, a
+# controller swap instead (fat-tree: ~16 s, `benchmarks/fattree_startup.py`).
+REUSED_S = {"multipath": 35.0, "fattree": 110.0}
 QUICK_BUDGET_S = {"p0_wifi_3g": 6.5 * 60, "p1_fattree_spray": 7 * 60,
                   "p2_three_paths": 4 * 60, "p3_handover": 4.5 * 60,
                   "p4_rbuf_blocking": 4 * 60}
@@ -76,17 +80,23 @@ def plans_of(path: Path) -> tuple[RunPlan, ...]:
     return tuple(plan_runs(path))
 
 
-def run_seconds(plan: RunPlan) -> float:
-    """Estimated wall time of one run in the CI VM: fixed cost + the spec's duration."""
-    topo = plan.spec.topology
-    fixed = FIXED_S["fattree"] if isinstance(topo, FatTreeTopology) else FIXED_S["multipath"]
-    return fixed + plan.spec.duration
+def run_seconds(plan: RunPlan, reused: bool = False) -> float:
+    """Estimated wall time of one run in the CI VM: fixed cost + the spec's duration.
+    reused: the run gets the previous run's network (`testbed.reuse`)."""
+    kind = "fattree" if isinstance(plan.spec.topology, FatTreeTopology) else "multipath"
+    return (REUSED_S if reused else FIXED_S)[kind] + plan.spec.duration
 
 
 def quick_estimate(study: str) -> tuple[int, float]:
-    """(runs, estimated seconds) of all of a study's quick specs."""
+    """(runs, estimated seconds) of all of a study's quick specs, in the order
+    ``testbed study`` runs them (a run may get the previous run's network)."""
     plans = [p for f in spec_files(study, "quick") for p in plans_of(f)]
-    return len(plans), sum(run_seconds(p) for p in plans)
+    total, prev = 0.0, None
+    for p in plans:
+        key = reuse_key(p.spec)
+        total += run_seconds(p, reused=key is not None and key == prev)
+        prev = key
+    return len(plans), total
 
 
 def rates_of(plan: RunPlan) -> list[tuple[str, int | None]]:
