@@ -130,7 +130,9 @@ class ControllerProcess:
     topo_desc: a `FabricLayout`, a `FatTreeTopo`, ``"fattree,4"`` or a layout dict;
     port: OpenFlow TCP port on 127.0.0.1; log: the controller's log file (default: a new
     temporary directory); runner: the `CommandRunner` used for every command;
-    start_timeout: seconds to wait for the controller to listen; inactivity_probe_ms: OVS's
+    start_timeout: seconds to wait for the controller to listen; stall_s: `wait_ready`
+    restarts the controller (at most ``max_restarts`` times) when no switch has been
+    programmed for this long while some are missing (see `wait_ready`); inactivity_probe_ms: OVS's
     controller inactivity probe (its 5 s default drops the connection when a loaded machine
     delays an echo reply; None leaves it alone): `testbed.network.Network` gives it to the
     switches' controller records at creation, and `post_switch_start` sets it again for a
@@ -142,7 +144,8 @@ class ControllerProcess:
 
     def __init__(self, app: str, topo_desc: Any, port: int = 6653, log: Path | None = None,
                  *, runner: CommandRunner | None = None, start_timeout: float = 300.0,
-                 inactivity_probe_ms: int | None = 30000):
+                 inactivity_probe_ms: int | None = 30000, stall_s: float = 60.0,
+                 max_restarts: int = 2):
         self.app = canonical_app(app)
         self.routes: Routes = compute_routes(layout_for(topo_desc))
         self.port = int(port)
@@ -155,6 +158,8 @@ class ControllerProcess:
         self.runner = runner or CommandRunner()
         self.start_timeout = start_timeout
         self.inactivity_probe_ms = inactivity_probe_ms
+        self.stall_s, self.max_restarts = stall_s, max_restarts
+        self.restarts: list[dict[str, Any]] = []  # stalls `wait_ready` recovered from
         self.proc: Process | None = None
         self._stopped = False
         self.started_at: float | None = None
@@ -219,8 +224,17 @@ class ControllerProcess:
     def wait_ready(self, switch_dpids: Sequence[int], timeout: float) -> dict[int, float]:
         """Block until every switch in switch_dpids has connected and acknowledged its rules.
 
-        switch_dpids: DPIDs to wait for; timeout: seconds.  Returns {dpid: time ready}.
-        Raises `RunError` if the controller dies, a switch rejects a rule, or time runs out.
+        switch_dpids: DPIDs to wait for (all of them exist in OVS by now); timeout: seconds.
+        Returns {dpid: time ready}.  Raises `RunError` if the controller dies, a switch
+        rejects a rule, or time runs out.
+
+        Under software emulation the os-ken process has been seen to stop handling new
+        switches after a few (OVS reports the connections up, the app never sees their
+        features reply, no error).  When no switch has been programmed for ``stall_s``
+        while some are missing, the controller's thread stacks go to its log and the
+        process is restarted on the same port (at most ``max_restarts`` times, each
+        recorded in ``restarts`` and `describe`); the switches reconnect within a second
+        and the new process programs all of them.
         """
         names = {sw.dpid: sw.name for sw in self.routes.layout.switches}
         unknown = [d for d in switch_dpids if d not in names]
@@ -228,6 +242,7 @@ class ControllerProcess:
             raise RunError(f"switches with DPIDs {', '.join(f'{d:016x}' for d in unknown)} are "
                            f"not in the controller's {self.routes.layout.kind} layout")
         deadline = time.time() + timeout
+        progress_at, seen = time.time(), -1
         while True:
             self.check_alive()
             ready, errors = readiness(parse_status(self._read_status()), switch_dpids)
@@ -239,7 +254,14 @@ class ControllerProcess:
             if not missing:
                 self.ready_at = ready
                 return ready
-            if time.time() > deadline:
+            now = time.time()
+            if len(ready) != seen:
+                progress_at, seen = now, len(ready)
+            elif now - progress_at > self.stall_s and len(self.restarts) < self.max_restarts:
+                self._restart_stalled([names[d] for d in missing])
+                progress_at, seen = time.time(), -1
+                continue
+            if now > deadline:
                 self.dump_threads()
                 raise RunError(f"controller {self.app}: {len(missing)} switches not programmed "
                                f"after {timeout:g}s ({', '.join(names[d] for d in missing[:8])})"
@@ -264,6 +286,18 @@ class ControllerProcess:
         if res.returncode == 0 and kind not in ("", "system"):
             raise UnsupportedError(f"spray needs the OVS kernel datapath, but bridge {bridge} "
                                    f"uses {kind!r}; start the network with the kernel datapath")
+
+    def _restart_stalled(self, missing: list[str]) -> None:
+        """Record a stall (thread stacks into the log), then restart the process."""
+        self.dump_threads()
+        self.restarts.append({"t": round(time.time(), 3), "missing": missing})
+        print(f"controller {self.app}: no switch programmed for {self.stall_s:g}s with "
+              f"{len(missing)} missing ({', '.join(missing[:8])}); its thread stacks are in "
+              f"{self.log}; restarting it", file=sys.stderr, flush=True)
+        if self.proc is not None:
+            self.proc.stop()
+        self.proc, self._stopped = None, False
+        self.start()
 
     def dump_threads(self, wait: float = 2.0) -> None:
         """Have the controller write every thread's stack into its log (SIGUSR1), for a
@@ -305,6 +339,7 @@ class ControllerProcess:
         return {"app": self.app, "listen": f"{LISTEN_HOST}:{self.port}", "log": str(self.log),
                 "layout": f"{self.routes.layout.kind},{self.routes.layout.k}",
                 "nft_tables": [f"netdev {n}" for n in self.nft_tables],
+                "restarts": list(self.restarts),
                 "ready_s": ({f"{d:016x}": round(t - t0, 3) for d, t in self.ready_at.items()}
                             if t0 else {})}
 

@@ -149,7 +149,8 @@ def fabric() -> Iterator[Fabric]:
     fab = Fabric(net, ctl, runner, workdir)
     fab.figures["single_path"] = {
         "programmed_s": round(max(ctl.current.ready_at.values()) - t0, 1),
-        "network_up_s": round(time.time() - t0, 1)}
+        "network_up_s": round(time.time() - t0, 1),
+        "controller_restarts": len(ctl.current.restarts)}
     try:
         yield fab
     finally:
@@ -170,6 +171,7 @@ def use(fab: Fabric, app: str) -> dict:
     figs = fab.figures.setdefault(app, {})
     if fab.ctl.current.app != app:
         figs["reprogrammed_s"] = round(fab.ctl.swap(app), 1)
+        figs["controller_restarts"] = len(fab.ctl.current.restarts)
     assert len(fab.ctl.current.ready_at) == 20
     return figs
 

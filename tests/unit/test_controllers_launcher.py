@@ -9,6 +9,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -224,6 +225,77 @@ def test_controller_process_programs_switches_over_loopback(tmp_path: Path) -> N
     assert {e["switch"] for e in status if e["event"] == "ready"} >= {"E0", "C0"}
     assert [e["switch"] for e in status if e["event"] == "error"] == ["A0"]
     assert ctl.log.exists() and "instantiating app controllers.ecmp" in ctl.log.read_text()
+
+
+class MuteOnceSwitch(FakeSwitch):
+    """Ignores the features request on its first connection (as a stalled controller would
+    leave it: connected, never programmed); reconnects when that connection ends and then
+    answers normally."""
+
+    def __init__(self, port: int, dpid: int, ports: list[int]):
+        super().__init__(port, dpid, ports)
+        self.connections = 0
+
+    def run(self) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", self.port), timeout=30)
+        self.connections = 1
+        self.send(HELLO, 1)
+        try:
+            while True:
+                _v, _type, length, _xid = OFP_HEADER.unpack(self.recv_exact(8))
+                self.recv_exact(length - 8)
+        except (ConnectionError, OSError):
+            self.sock.close()
+        deadline = time.time() + 60
+        while time.time() < deadline:  # the controller restarts on the same port
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        self.connections = 2
+        super().run()
+
+
+def test_a_stalled_controller_is_restarted_with_its_stacks_logged(tmp_path: Path) -> None:
+    layout = fattree_layout(4)
+    port = free_port()
+    runner = CommandRunner()
+    ctl = ControllerProcess("single_path", layout, port=port, log=tmp_path / "ctl.log",
+                            runner=runner, start_timeout=60, stall_s=3.0, max_restarts=1)
+    c0 = layout.switch("C0")
+    sw = MuteOnceSwitch(port, c0.dpid, [1, 2, 3, 4])
+    try:
+        ctl.start()
+        sw.start()
+        ready = ctl.wait_ready([c0.dpid], timeout=60)
+        assert set(ready) == {c0.dpid} and sw.connections == 2
+        assert [r["missing"] for r in ctl.restarts] == [["C0"]]
+        assert ctl.describe()["restarts"] == ctl.restarts
+        log = ctl.log.read_text()
+        assert "Thread 0x" in log and "most recent call first" in log  # faulthandler
+        assert log.count("instantiating app controllers.single_path") == 2
+    finally:
+        sw.close()
+        ctl.stop()
+    assert runner.running() == []
+
+
+def test_stalls_beyond_the_restart_budget_time_out(tmp_path: Path) -> None:
+    layout = fattree_layout(4)
+    port = free_port()
+    ctl = ControllerProcess("single_path", layout, port=port, log=tmp_path / "ctl.log",
+                            start_timeout=60, stall_s=1.0, max_restarts=0)
+    sw = FakeSwitch(port, layout.switch("C0").dpid, [1, 2, 3, 4])
+    try:
+        ctl.start()
+        with pytest.raises(RunError, match=r"1 switches not programmed after 3s \(C1\).*"
+                                           "thread stacks"):
+            ctl.wait_ready([layout.switch("C1").dpid], timeout=3)
+        assert ctl.restarts == []
+    finally:
+        sw.close()
+        ctl.stop()
 
 
 def test_port_in_use_is_refused(tmp_path: Path) -> None:
