@@ -18,7 +18,6 @@ status lines (`controllers.base`) go to ``<log>.status.jsonl`` and the layout it
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -182,7 +181,8 @@ class ControllerProcess:
         argv = controller_argv(sys.executable, self.app, self.port, self.layout_file,
                                self.status_file)
         env = _child_env()
-        self.started_at = time.time()
+        if self.started_at is None:  # a restart keeps the first start (ready_s shows it)
+            self.started_at = time.time()
         self.proc = self.runner.spawn(argv, log=self.log, env=env)
         deadline = time.time() + self.start_timeout
         while not is_listening(self.port):
@@ -245,7 +245,8 @@ class ControllerProcess:
         progress_at, seen = time.time(), -1
         while True:
             self.check_alive()
-            ready, errors = readiness(parse_status(self._read_status()), switch_dpids)
+            events = parse_status(self._read_status())
+            ready, errors = readiness(events, switch_dpids)
             if errors:
                 raise RunError(f"controller {self.app} reported an error: "
                                f"{errors[0].get('switch') or errors[0].get('dpid')}: "
@@ -255,11 +256,13 @@ class ControllerProcess:
                 self.ready_at = ready
                 return ready
             now = time.time()
-            if len(ready) != seen:
-                progress_at, seen = now, len(ready)
+            if len(events) != seen:  # any status line (a switch connecting) is progress
+                progress_at, seen = now, len(events)
             elif now - progress_at > self.stall_s and len(self.restarts) < self.max_restarts:
                 self._restart_stalled([names[d] for d in missing])
                 progress_at, seen = time.time(), -1
+                # the new process gets its own chance, even when timeout <= stall_s
+                deadline = max(deadline, progress_at + self.stall_s)
                 continue
             if now > deadline:
                 self.dump_threads()
@@ -302,9 +305,7 @@ class ControllerProcess:
     def dump_threads(self, wait: float = 2.0) -> None:
         """Have the controller write every thread's stack into its log (SIGUSR1), for a
         controller that stopped programming switches without an error."""
-        if self.proc is not None and self.proc.running():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.proc.popen.pid, signal.SIGUSR1)
+        if self.proc is not None and self.proc.send(signal.SIGUSR1):
             time.sleep(wait)
 
     def check_alive(self) -> None:

@@ -298,7 +298,7 @@ class Network:
 
     def __init__(self, topo: Any, runner: CommandRunner | None = None, controller: Any = None,
                  workdir: Path | None = None, offloads: bool = False,
-                 ready_timeout: float = 60.0, handle_signals: bool = True):
+                 ready_timeout: float = 300.0, handle_signals: bool = True):
         self.topo = topo
         self.runner = runner or CommandRunner()
         self.controller = controller
@@ -346,11 +346,13 @@ class Network:
             self._start_switches()
             self._configure()
         except BaseException:
-            if self.mn is not None and self.mn.switches and self.workdir is not None:
-                # what explains a switch that never reached its controller, before the
-                # bridges are gone (a VM's OVS log lives in a tmpfs)
-                keep_ovs_state(self.runner, self.workdir)
-            self.stop()
+            try:
+                if self.mn is not None and self.mn.switches and self.workdir is not None:
+                    # what explains a switch that never reached its controller, before the
+                    # bridges are gone (a VM's OVS log lives in a tmpfs)
+                    keep_ovs_state(self.runner, self.workdir)
+            finally:
+                self.stop()
             raise
         return self
 
@@ -760,8 +762,9 @@ class Network:
         self._step("processes", self._stop_host_processes)
         if self.controller is not None:
             self._step("controller", self.controller.stop)
+            if len(self.cleanup_errors) == before:  # else `stop` tries again
+                self.controller = None
         self._step("nftables", self._delete_nft_tables)
-        self.controller = None
         self._players.clear()
         self._shells.clear()
         self._schedule_shells.clear()
@@ -778,8 +781,9 @@ class Network:
         switch is programmed again: a new controller wipes the previous one's rules);
         workdir: where the manifest goes now (the run's bundle, so that a crash is
         cleaned up from there).  Links that a schedule changed get their configured shape
-        and state back, and every host's TCP metrics cache is flushed: a cached
-        ssthresh or RTT would carry one run's outcome into the next.
+        and state back; every host's TCP metrics and neighbour caches are flushed and
+        standalone bridges forget the MACs they learned, so the run starts as cold as on a
+        new network (a cached ssthresh or RTT would carry one run's outcome into the next).
         """
         if not self._started or self._stopped:
             raise RunError("begin_run: this network is not running")
@@ -793,8 +797,12 @@ class Network:
                 self.set_shape(name, shape)
             if link.up != up:
                 self.set_up(name, up)
-        self._run_batches({h.name: [["ip", "tcp_metrics", "flush", "all"]]
-                           for h in self.mn.hosts})
+        # cold caches, as on a new network: TCP metrics, ARP/neighbours, learned MACs
+        self._run_batches({h.name: [["ip", "tcp_metrics", "flush", "all"],
+                                    ["ip", "neigh", "flush", "all"]] for h in self.mn.hosts})
+        if self.mn.switches and controller is None:  # standalone bridges learn MACs
+            for sw in self.mn.switches:
+                self.runner.run(["ovs-appctl", "fdb/flush", sw.name], timeout=30)
         self.controller = controller
         if controller is not None:
             controller.start()

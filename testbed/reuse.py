@@ -9,14 +9,19 @@ Between two runs on one network (`Network.end_run`, `Network.begin_run`): every 
 the first run started in the hosts is ended; its controller is stopped and its nftables
 tables deleted; the next run's controller is started and waited for until it has wiped
 and re-programmed every switch; links a schedule changed get their configured shape and
-state back; each host's TCP metrics cache is flushed.  What stays: hosts, links, qdiscs,
-bridges, ARP caches, and the counters of qdiscs and ports (the ``tc -s`` dumps in a
-bundle count from the network's start; ``metadata.json`` says so under ``network``).
+state back; each host's TCP metrics and neighbour caches are flushed and standalone
+bridges forget learned MACs.  What stays: hosts, links, qdiscs, bridges, and the counters
+of qdiscs and ports (the ``tc -s`` dumps in a bundle count from the network's start;
+``metadata.json`` says so under ``network``).
 
-Reuse is offered only where it cannot change a result: the same topology and transport
+Reuse is offered only for runs it should not change: the same topology and transport
 sections (so every sysctl a run writes is written again with the same value), TCP (an
 MPTCP run leaves path-manager endpoints and limits behind) and no link schedule.  A run
-that fails gets no successor on its network: the keeper stops it.
+that fails while its network is up (or whose clean-up between runs fails) gets no
+successor on it: the keeper stops it.  While a network waits between two runs its
+manifest is in ``<state_dir>/_kept-network.json``; the next keeper on that folder
+removes what a killed process left there.  `close` writes the last stop's report to
+``<state_dir>/_network-teardown.json``.
 """
 
 from __future__ import annotations
@@ -39,19 +44,28 @@ def reuse_key(exp: Any) -> str | None:
     return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
+KEPT = "_kept-network.json"          # manifest of the network kept between two runs
+TEARDOWN = "_network-teardown.json"  # what stopping the last kept network reported
+
+
 class NetworkKeeper:
     """Hands runs a started `Network`, keeping it between runs with the same `reuse_key`.
 
-    keep: False makes every run build and stop its own network (``--fresh-networks``).
-    Call `close` when the runs are over (a `with` block does): it stops a kept network.
+    keep: False makes every run build and stop its own network (``--fresh-networks``);
+    state_dir: where the kept network's manifest waits between two runs (``KEPT``: a
+    process killed then leaves it for the next keeper on that folder to clean up) and
+    where the final stop's report goes (``TEARDOWN``).  Call `close` when the runs are
+    over (a `with` block does): it stops a kept network.
     """
 
-    def __init__(self, keep: bool = True):
+    def __init__(self, keep: bool = True, state_dir: Path | None = None):
         self.keep = keep
+        self.state_dir = Path(state_dir) if state_dir is not None else None
         self.net: Any = None
         self.key: str | None = None
         self.built_by: str | None = None
         self.runs = 0  # runs the kept network has served
+        self._recovered = False
 
     def __enter__(self) -> NetworkKeeper:
         return self
@@ -65,47 +79,107 @@ class NetworkKeeper:
 
         exp: the run's `Experiment`; topo: its Mininet topology; run_id: the run's id;
         runner, controller, workdir: as for `Network`.  A kept network with another key
-        is stopped first.  Raises what `Network.start` / `Network.begin_run` raise.
+        is stopped first (through runner: its commands go into this run's transcript and
+        its report into the returned dict).  Raises what `Network.start` /
+        `Network.begin_run` raise.
         """
         from testbed.network import Network
 
+        info: dict[str, Any] = {}
+        recovered = self._recover(runner)
+        if recovered:
+            info["recovered_kept_network"] = recovered
         key = reuse_key(exp) if self.keep else None
         if self.net is not None and key is not None and key == self.key:
             net = self.net
             self.net = None  # owned by the run until `release`
+            self._forget_kept()
             try:
                 net.begin_run(runner, controller, workdir)
             except BaseException:
+                self.key = None
                 net.stop()
                 raise
             self.runs += 1
-            return net, {"reused": True, "built_by": self.built_by,
+            return net, {**info, "reused": True, "built_by": self.built_by,
                          "runs_before": self.runs - 1,
                          "counters": "qdisc and port counters count from the network's "
                                      "start"}
-        self.close()
+        if self.net is not None:
+            self.net.runner = runner
+            info["previous_network_teardown"] = self.close()
         net = Network(topo, runner=runner, controller=controller, workdir=workdir)
         net.start()
         self.key, self.built_by, self.runs = key, run_id, 1
-        return net, {"reused": False, "built_by": run_id, "runs_before": 0}
+        return net, {**info, "reused": False, "built_by": run_id, "runs_before": 0}
 
     def release(self, net: Any, ok: bool) -> dict[str, Any]:
         """The run is over: keep net for the next run (ok, reusable, `end_run` worked) or
-        stop it.  Returns the clean-up report for ``metadata.json``."""
+        stop it.  Returns the clean-up report for ``metadata.json``.  Raises `RunError`
+        when stopping a network of a run that went well had errors (as `Network` does at
+        the end of a ``with`` block)."""
         if ok and self.key is not None:
             try:
                 net.end_run()
             except Exception as exc:
-                net.cleanup_errors.append(f"reuse: {exc}")
+                net.cleanup_errors.append(f"could not be made ready for another run: {exc}")
+            except BaseException:  # Ctrl-C or SIGTERM while cleaning between runs
+                self.key = None
+                net.stop()
+                raise
             else:
                 self.net = net
+                self._write_kept(net)
                 return {"kept_for_next_run": True}
-        net.stop()
         self.key = None
-        return net.cleanup_report
+        return self._stop(net, raise_errors=ok)
 
-    def close(self) -> None:
-        """Stop the kept network, if any."""
+    def close(self) -> dict[str, Any]:
+        """Stop the kept network, if any; its report (also in ``state_dir/TEARDOWN``)."""
         net, self.net, self.key = self.net, None, None
-        if net is not None:
-            net.stop()
+        if net is None:
+            return {}
+        report = self._stop(net, raise_errors=False)
+        if self.state_dir is not None:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            (self.state_dir / TEARDOWN).write_text(json.dumps(report, indent=1) + "\n")
+        self._forget_kept()
+        return report
+
+    # -- internals -------------------------------------------------------------------
+    @staticmethod
+    def _stop(net: Any, raise_errors: bool) -> dict[str, Any]:
+        before = list(net.cleanup_errors)
+        net.stop()
+        report = dict(net.cleanup_report)
+        if net.cleanup_errors:
+            report["errors"] = list(net.cleanup_errors)
+        new = net.cleanup_errors[len(before):]
+        if raise_errors and new:
+            from testbed.errors import RunError
+
+            raise RunError("network clean-up had errors: " + "; ".join(new))
+        return report
+
+    def _write_kept(self, net: Any) -> None:
+        if self.state_dir is not None:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            net.manifest.write(self.state_dir / KEPT)
+
+    def _forget_kept(self) -> None:
+        if self.state_dir is not None:
+            (self.state_dir / KEPT).unlink(missing_ok=True)
+
+    def _recover(self, runner: CommandRunner) -> dict[str, list[str]]:
+        """Once per keeper: remove a network an earlier process kept and never stopped."""
+        if self._recovered or self.state_dir is None:
+            return {}
+        self._recovered = True
+        path = self.state_dir / KEPT
+        if not path.is_file():
+            return {}
+        from testbed.network import cleanup_from_manifest
+
+        report = cleanup_from_manifest(path, runner)
+        path.unlink(missing_ok=True)
+        return report

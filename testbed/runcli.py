@@ -145,7 +145,8 @@ def _run_sweep(plans: list[Any], out: Path, fail_fast: bool, spec: Path,
              "spec_file": str(spec)}
     progress = SweepProgress()
     try:
-        with _sigterm_as_interrupt(), NetworkKeeper(keep=not fresh_networks) as keeper:
+        with _sigterm_as_interrupt(), NetworkKeeper(
+                keep=not fresh_networks, state_dir=out) as keeper:
             report = run_sweep(plans, out, partial(execute_run, keeper=keeper),
                                fail_fast=fail_fast, progress=progress, extra_meta=extra,
                                recover=recover_bundle)

@@ -92,7 +92,7 @@ def run_study(study: Path, variant: str = "quick", out: Path | None = None,
     # validate every spec before running anything: a typo in the last one should not
     # surface after twenty minutes of runs
     plans = {spec: plan_runs(spec) for spec in specs}
-    with NetworkKeeper(keep=not fresh_networks) as keeper:
+    with NetworkKeeper(keep=not fresh_networks, state_dir=out) as keeper:
         execute = partial(execute_run, keeper=keeper)
         for i, (spec, spec_plans) in enumerate(plans.items(), 1):
             spec_out = out / spec.stem

@@ -6,8 +6,8 @@
    has a new controller re-program every switch (traffic flows again).
 2. ``testbed run`` of a 4-run sweep (controller kind x 2 repetitions) builds one network:
    runs 2-4 say so in their metadata, every run completes with its flow finished, each
-   transcript has its own controller start and metrics flush, and nothing of the network
-   is left when the command exits.
+   transcript has its own controller start and cache flushes, the final stop reports no
+   error, and nothing of the network is left when the command exits.
 
     testbed vm -- .venv/bin/pytest -m integration -s tests/integration/test_network_reuse.py
 """
@@ -134,6 +134,9 @@ def test_a_sweep_builds_one_network_for_all_its_runs(tmp_path):
     assert {m["network"]["built_by"] for m in metas} == {first}
     # each run left the network for a next one; the sweep's end stopped it (checked below)
     assert all(m["network_cleanup"] == {"kept_for_next_run": True} for m in metas)
+    teardown = json.loads((out / "_network-teardown.json").read_text())
+    assert "errors" not in teardown, teardown
+    assert not (out / "_kept-network.json").exists()
     for m in metas:
         assert m["flows"]["count"] == 1 and m["flows"]["failed"] == 0, m["flows"]
         transcript = (out / m["run_id"] / "transcript.jsonl").read_text()

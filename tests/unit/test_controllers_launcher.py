@@ -263,15 +263,19 @@ def test_a_stalled_controller_is_restarted_with_its_stacks_logged(tmp_path: Path
     runner = CommandRunner()
     ctl = ControllerProcess("single_path", layout, port=port, log=tmp_path / "ctl.log",
                             runner=runner, start_timeout=60, stall_s=3.0, max_restarts=1)
+    t_start = time.time()
     c0 = layout.switch("C0")
     sw = MuteOnceSwitch(port, c0.dpid, [1, 2, 3, 4])
     try:
         ctl.start()
         sw.start()
-        ready = ctl.wait_ready([c0.dpid], timeout=60)
+        # as in the runner, the timeout is no longer than the stall limit: the restarted
+        # process still gets its own stall_s
+        ready = ctl.wait_ready([c0.dpid], timeout=3.0)
         assert set(ready) == {c0.dpid} and sw.connections == 2
         assert [r["missing"] for r in ctl.restarts] == [["C0"]]
         assert ctl.describe()["restarts"] == ctl.restarts
+        assert ctl.started_at is not None and ctl.started_at < t_start + 1  # the first start
         log = ctl.log.read_text()
         assert "Thread 0x" in log and "most recent call first" in log  # faulthandler
         assert log.count("instantiating app controllers.single_path") == 2

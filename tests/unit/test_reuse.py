@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import copy
+import json
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 
 from testbed import network as network_mod
 from testbed.errors import RunError
-from testbed.reuse import NetworkKeeper, reuse_key
+from testbed.reuse import KEPT, TEARDOWN, NetworkKeeper, reuse_key
 from testbed.spec import validate_spec
 
 FATTREE = {
@@ -55,18 +57,25 @@ def test_mptcp_and_schedules_never_share():
     assert reuse_key(sched) is None
 
 
+class FakeManifest:
+    def write(self, path: Path) -> None:
+        path.write_text('{"bridges": ["E0"]}')
+
+
 class FakeNetwork:
-    """Records the lifecycle calls the keeper makes."""
+    """Records the lifecycle calls the keeper makes; can fail between runs or at stop."""
 
     made: ClassVar[list[FakeNetwork]] = []
 
     def __init__(self, topo: Any, runner: Any = None, controller: Any = None,
                  workdir: Any = None):
         self.calls: list[str] = []
-        self.controller, self.workdir = controller, workdir
+        self.runner, self.controller, self.workdir = runner, controller, workdir
+        self.manifest = FakeManifest()
         self.cleanup_report: dict = {}
         self.cleanup_errors: list[str] = []
-        self.fail_end = False
+        self.fail_end: BaseException | None = None
+        self.stop_error: str | None = None
         FakeNetwork.made.append(self)
 
     def start(self) -> None:
@@ -77,11 +86,13 @@ class FakeNetwork:
 
     def end_run(self) -> None:
         self.calls.append("end")
-        if self.fail_end:
-            raise RunError("a process would not die")
+        if self.fail_end is not None:
+            raise self.fail_end
 
     def stop(self) -> None:
-        self.calls.append("stop")
+        self.calls.append(f"stop via {self.runner}")
+        if self.stop_error:
+            self.cleanup_errors.append(self.stop_error)
 
 
 @pytest.fixture
@@ -92,48 +103,92 @@ def fake_net(monkeypatch):
 
 
 def test_keeper_hands_the_network_on_and_stops_it_at_close(fake_net, tmp_path):
-    with NetworkKeeper() as keeper:
-        net, info = keeper.acquire(spec(), None, "r1", None, "ctl1", tmp_path / "1")
+    with NetworkKeeper(state_dir=tmp_path) as keeper:
+        net, info = keeper.acquire(spec(), None, "r1", "run1", "ctl1", tmp_path / "1")
         assert info["reused"] is False and info["built_by"] == "r1"
         assert keeper.release(net, ok=True) == {"kept_for_next_run": True}
-        net2, info = keeper.acquire(spec(controller__kind="ecmp"), None, "r2", None, "ctl2",
-                                    tmp_path / "2")
+        assert (tmp_path / KEPT).exists()  # a killed process leaves it to be cleaned up
+        net2, info = keeper.acquire(spec(controller__kind="ecmp"), None, "r2", "run2",
+                                    "ctl2", tmp_path / "2")
         assert net2 is net and info["reused"] is True and info["built_by"] == "r1"
-        assert info["runs_before"] == 1
+        assert info["runs_before"] == 1 and not (tmp_path / KEPT).exists()
         keeper.release(net2, ok=True)
     assert len(fake_net.made) == 1
-    assert net.calls == ["start", "end", "begin ctl2", "end", "stop"]
+    assert net.calls == ["start", "end", "begin ctl2", "end", "stop via run1"]
+    assert json.loads((tmp_path / TEARDOWN).read_text()) == {}
+    assert not (tmp_path / KEPT).exists()
 
 
 def test_another_topology_or_a_failed_run_gets_a_fresh_network(fake_net, tmp_path):
     keeper = NetworkKeeper()
-    net, _ = keeper.acquire(spec(), None, "r1", None, None, tmp_path)
+    net, _ = keeper.acquire(spec(), None, "r1", "run1", None, tmp_path)
     keeper.release(net, ok=True)
-    other, info = keeper.acquire(spec(topology__bw="20Mbit"), None, "r2", None, None, tmp_path)
+    other, info = keeper.acquire(spec(topology__bw="20Mbit"), None, "r2", "run2", None,
+                                 tmp_path)
     assert other is not net and info["reused"] is False
-    assert net.calls == ["start", "end", "stop"]          # the old one went first
+    # the old network went first, its commands in the new run's transcript
+    assert net.calls == ["start", "end", "stop via run2"]
+    assert info["previous_network_teardown"] == {}
     assert keeper.release(other, ok=False) == {}           # failed: stopped, not kept
-    assert other.calls == ["start", "stop"] and keeper.net is None
-    third, info = keeper.acquire(spec(topology__bw="20Mbit"), None, "r3", None, None, tmp_path)
+    assert other.calls == ["start", "stop via run2"] and keeper.net is None
+    third, info = keeper.acquire(spec(topology__bw="20Mbit"), None, "r3", "run3", None,
+                                 tmp_path)
     assert info["reused"] is False and third is not other
 
 
 def test_a_network_that_cannot_be_cleaned_between_runs_is_stopped(fake_net, tmp_path):
     keeper = NetworkKeeper()
-    net, _ = keeper.acquire(spec(), None, "r1", None, None, tmp_path)
-    net.fail_end = True
-    keeper.release(net, ok=True)
-    assert net.calls == ["start", "end", "stop"] and keeper.net is None
-    assert "reuse: a process would not die" in net.cleanup_errors
+    net, _ = keeper.acquire(spec(), None, "r1", "run1", None, tmp_path)
+    net.fail_end = RunError("a process would not die")
+    report = keeper.release(net, ok=True)  # the stop itself went well: the run stands
+    assert net.calls == ["start", "end", "stop via run1"] and keeper.net is None
+    assert report["errors"] == ["could not be made ready for another run: a process would "
+                                "not die"]
+
+
+def test_clean_up_errors_fail_a_run_that_went_well(fake_net, tmp_path):
+    keeper = NetworkKeeper(keep=False)
+    net, _ = keeper.acquire(spec(), None, "r1", "run1", None, tmp_path)
+    net.stop_error = "links: veth S0-eth0 would not go"
+    with pytest.raises(RunError, match="clean-up had errors: links: veth S0-eth0"):
+        keeper.release(net, ok=True)
+    net, _ = keeper.acquire(spec(), None, "r2", "run2", None, tmp_path)
+    net.stop_error = "links: gone"
+    assert keeper.release(net, ok=False)["errors"] == ["links: gone"]  # already failed
+
+
+def test_an_interrupt_between_runs_stops_the_network(fake_net, tmp_path):
+    keeper = NetworkKeeper()
+    net, _ = keeper.acquire(spec(), None, "r1", "run1", None, tmp_path)
+    net.fail_end = KeyboardInterrupt()
+    with pytest.raises(KeyboardInterrupt):
+        keeper.release(net, ok=True)
+    assert net.calls == ["start", "end", "stop via run1"] and keeper.net is None
+    keeper.close()
+    assert net.calls.count("stop via run1") == 1
+
+
+def test_a_network_a_killed_process_kept_is_removed_first(fake_net, tmp_path, monkeypatch):
+    (tmp_path / KEPT).write_text('{"bridges": ["E0"]}')
+    seen = []
+    monkeypatch.setattr(network_mod, "cleanup_from_manifest",
+                        lambda path, runner: seen.append(path) or {"bridges": ["E0"]})
+    keeper = NetworkKeeper(state_dir=tmp_path)
+    _net, info = keeper.acquire(spec(), None, "r1", "run1", None, tmp_path)
+    assert seen == [tmp_path / KEPT] and not (tmp_path / KEPT).exists()
+    assert info["recovered_kept_network"] == {"bridges": ["E0"]}
+    _net2, info = keeper.acquire(spec(topology__bw="20Mbit"), None, "r2", "run2", None,
+                                 tmp_path)
+    assert "recovered_kept_network" not in info and len(seen) == 1
 
 
 def test_fresh_networks_and_mptcp_runs_are_never_kept(fake_net, tmp_path):
     keeper = NetworkKeeper(keep=False)
-    net, _ = keeper.acquire(spec(), None, "r1", None, None, tmp_path)
+    net, _ = keeper.acquire(spec(), None, "r1", "run1", None, tmp_path)
     keeper.release(net, ok=True)
-    assert net.calls == ["start", "stop"]
+    assert net.calls == ["start", "stop via run1"]
     keeper = NetworkKeeper()
-    net, _ = keeper.acquire(spec(transport__protocol="mptcp"), None, "r1", None, None,
+    net, _ = keeper.acquire(spec(transport__protocol="mptcp"), None, "r1", "run1", None,
                             tmp_path)
     keeper.release(net, ok=True)
-    assert net.calls == ["start", "stop"]
+    assert net.calls == ["start", "stop via run1"]
