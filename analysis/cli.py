@@ -87,8 +87,16 @@ def register(app: typer.Typer) -> None:
                out: Annotated[Path | None, typer.Option(help="Output file "
                                                         "(default DIR/report.html).")] = None
                ) -> None:
-        """Write a self-contained report.html for a run or a sweep."""
+        """Write a self-contained report.html for a run or a sweep (analysing first the
+        runs whose analysis was left for later, as `testbed study` does in the VM)."""
         from analysis.report import write_report
+        from testbed.results import finish_deferred
+        from testbed.runner import analyze_run
+
+        failed = guarded(lambda: finish_deferred(
+            directory, analyze_run, progress=lambda line: typer.echo(line, err=True)))
+        for run_id, err in failed:
+            typer.echo(f"  failed: {run_id}: {err}", err=True)
 
         path = guarded(lambda: write_report(directory, paper=paper, out=out))
         typer.echo(str(path))

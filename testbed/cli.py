@@ -98,6 +98,9 @@ def study(directories: Annotated[list[Path], typer.Argument(
               "--fresh-networks", help="Build a network for every run (default: "
               "consecutive TCP runs on the same topology without a schedule share one).")
           ] = False,
+          defer_analysis: Annotated[bool, typer.Option(
+              "--defer-analysis", hidden=True, help="Leave each run's analysis to a later "
+              "--report-only (what the host does for runs inside the VM).")] = False,
           ) -> None:
     """Run every spec of reproduced studies and write their paper-vs-ours reports."""
     from testbed import study as st
@@ -124,6 +127,10 @@ def study(directories: Annotated[list[Path], typer.Argument(
         rc = guarded(lambda: vmmod.run_in_vm(argv, memory="3G"))
         for d, target in zip(directories, targets, strict=True):
             if target.is_dir():
+                bad = guarded(lambda target=target: st.finish_analysis(target))
+                for key, err in bad.items():
+                    typer.echo(f"  failed in {d.name}/{key}: {err}", err=True)
+                rc = rc or (1 if bad else 0)
                 path = guarded(lambda d=d, target=target: st.write_study_report(d, target))
                 typer.echo(f"report: {path}")
         raise typer.Exit(rc)
@@ -132,7 +139,7 @@ def study(directories: Annotated[list[Path], typer.Argument(
         try:
             outcome = guarded(lambda d=d, target=target: st.run_study(
                 d, variant, target, only, fail_fast, reports=not no_report,
-                fresh_networks=fresh_networks))
+                fresh_networks=fresh_networks, analyze=not defer_analysis))
         except KeyboardInterrupt:
             typer.echo(f"interrupted: finished runs are kept in {target}; run the same "
                        "command again to resume", err=True)

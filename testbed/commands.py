@@ -25,10 +25,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Protocol
+from typing import IO, Protocol, TypeVar
 
 from testbed.errors import CommandError, CommandTimeout, MissingFeatureError
 
@@ -527,3 +528,18 @@ def which(program: str) -> str | None:
     """Path of program on PATH (also looking in the sbin directories), or None."""
     extra = os.pathsep.join(["/usr/local/sbin", "/usr/sbin", "/sbin"])
     return shutil.which(program, path=os.environ.get("PATH", "") + os.pathsep + extra)
+
+
+T = TypeVar("T")
+R = TypeVar("R")
+PARALLEL_WORKERS = 4
+
+
+def in_parallel(fn: Callable[[T], R], items: Sequence[T], workers: int = PARALLEL_WORKERS
+                ) -> list[R]:
+    """fn over items on a few threads (for per-host/per-switch commands, which mostly
+    wait for their process); results in the items' order; the first error is raised."""
+    if len(items) <= 1:
+        return [fn(i) for i in items]
+    with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
+        return list(pool.map(fn, items))

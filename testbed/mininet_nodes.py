@@ -218,3 +218,44 @@ class ProbedOVSSwitch(OVSSwitch):
             out = self.vsctl_errors[-1]
         raise RunError(f"ovs-vsctl could not create bridge {self.name} "
                        f"({VSCTL_TRIES} tries): {out[-300:]}")
+
+    @classmethod
+    def batchStartup(cls, switches: Any, run: Any = None) -> Any:
+        """Every queued switch (``batch=True``) created in one ``ovs-vsctl`` transaction.
+
+        One transaction is one reconfiguration of ovs-vswitchd, instead of one per switch
+        whose cost grows with the bridges already there (1.5-2 s each for the fat-tree's 20
+        under software emulation).  Mininet's own batch start ignores a failure; here the
+        transaction, which deletes each bridge first (``--if-exists del-br``), is retried
+        (`VSCTL_TRIES`) before `RunError` names the bridges and the error.  Switches
+        started one by one (``batch=False``) have nothing queued and are left alone.
+        """
+        from mininet.util import errRun
+
+        run = run or errRun
+        queued = [s for s in switches if s.commands]
+        lines = [c.strip() for s in queued for c in s.commands]
+        for s in queued:
+            s.commands, s.batch = [], False
+        if not lines:
+            return switches
+        chunks: list[str] = []
+        for line in lines:  # Mininet's limit on one command line
+            if chunks and len(chunks[-1]) + len(line) + 1 < cls.argmax:
+                chunks[-1] += " " + line
+            else:
+                chunks.append("ovs-vsctl " + line)
+        for chunk in chunks:
+            err = ""
+            for attempt in range(VSCTL_TRIES):
+                if attempt:
+                    time.sleep(VSCTL_RETRY_S)
+                out, err, code = run(chunk, shell=True)
+                err = (err or out or "").strip() if code else ""
+                if not code:
+                    break
+            else:
+                names = ", ".join(s.name for s in queued)
+                raise RunError(f"ovs-vsctl could not create bridges {names} "
+                               f"({VSCTL_TRIES} tries): {err[-300:]}")
+        return switches

@@ -40,8 +40,12 @@ INTERRUPTED = "interrupted"
 STATUSES = (RUNNING, COMPLETE, FAILED, INTERRUPTED)
 
 METRIC_TABLES = ("flows", "timeseries", "cwnd", "ping", "events")
-ALWAYS_REQUIRED = ("spec.toml", "transcript.jsonl",
-                   *(f"metrics/{t}.parquet" for t in METRIC_TABLES))
+RUN_REQUIRED = ("spec.toml", "transcript.jsonl")
+ALWAYS_REQUIRED = (*RUN_REQUIRED, *(f"metrics/{t}.parquet" for t in METRIC_TABLES))
+# metadata["analysis"]: where the analysis ran.  "deferred": the run finished (inside the
+# testbed VM) and its analysis is still to be done by `finish_deferred` on the host, which
+# then says "host".  Without the key, the run analysed itself.
+DEFERRED = "deferred"
 SUMMARY = "summary.parquet"
 ATTEMPTS = "_attempts"
 LOCK = ".testbed-run.lock"
@@ -170,6 +174,11 @@ class Bundle:
         """The required files that are not in the bundle."""
         return [r for r in required if not (self.root / r).is_file()]
 
+    @staticmethod
+    def required(meta: dict[str, Any]) -> tuple[str, ...]:
+        """The files a finished run must have: no metrics/ while its analysis is deferred."""
+        return RUN_REQUIRED if meta.get("analysis") == DEFERRED else ALWAYS_REQUIRED
+
     def status(self) -> str:
         """``missing``, ``running``, ``complete``, ``failed``, ``interrupted`` or ``broken``.
 
@@ -184,7 +193,7 @@ class Bundle:
         status = meta.get("status")
         if status == COMPLETE:
             files = meta.get("files")
-            if not isinstance(files, dict) or self.missing():
+            if not isinstance(files, dict) or self.missing(self.required(meta)):
                 return "broken"
             for rel, size in files.items():
                 p = self.root / rel
@@ -466,7 +475,7 @@ def _one_run(plan: Any, out: Path, execute: Execute, progress: Progress,
         _finish(bundle, meta, FAILED, error, t_start, exc)
         return FAILED, error, time.time() - t_start, exc
     meta["headline"] = headline or {}
-    missing = bundle.missing()
+    missing = bundle.missing(bundle.required(meta))
     if missing:
         error = "the bundle is incomplete: missing " + ", ".join(missing)
         _finish(bundle, meta, FAILED, error, t_start)
@@ -487,3 +496,61 @@ def _finish(bundle: Bundle, meta: dict[str, Any], status: str, error: str | None
                 wall_s=round(t_end - t_start, 3))
     meta["files"] = bundle.manifest()
     bundle.write_metadata(meta)
+
+
+# ---------------------------------------------------------------------------------------
+# analysis deferred to the host (runs done inside the testbed VM)
+
+
+def pending_analysis(out: Path) -> list[Bundle]:
+    """The complete bundles of DIR whose analysis was deferred (see `DEFERRED`)."""
+    return [b for b in bundles(out)
+            if (b.read_metadata() or {}).get("analysis") == DEFERRED and b.is_complete()]
+
+
+def finish_deferred(out: Path, analyze: Callable[[Path], dict[str, Any]],
+                    progress: Callable[[str], None] | None = None) -> list[tuple[str, str]]:
+    """Analyse every run of DIR whose analysis was deferred; return [(run id, error)].
+
+    analyze: computes a bundle's ``metrics/`` and returns its headline metrics
+    (`testbed.runner.analyze_run`); progress: called with a line per run.
+    Each bundle is finished on its own (metrics, then its metadata: headline,
+    ``analysis = "host"``, ``timing.analysis``, a new manifest), so an interruption leaves
+    the rest pending for the next call.  A run whose capture cannot be analysed becomes
+    ``failed`` with the reason, as it would have inside the VM.  The summary is rewritten.
+    """
+    out = Path(out)
+    failed: list[tuple[str, str]] = []
+    todo = pending_analysis(out)
+    if not todo:
+        return failed
+    with locked(out):
+        for i, bundle in enumerate(todo, 1):
+            meta = bundle.read_metadata() or {}
+            if progress is not None:
+                progress(f"analysis {i}/{len(todo)}: {bundle.run_id}")
+            t = time.time()
+            try:
+                headline = analyze(bundle.root)
+            except Exception as exc:
+                error = "analysis: " + (str(exc) if isinstance(exc, TestbedError)
+                                        else f"{type(exc).__name__}: {exc}")
+                with contextlib.suppress(OSError):
+                    bundle.logs_dir.mkdir(parents=True, exist_ok=True)
+                    atomic_write_text(bundle.logs_dir / "error.log", "".join(
+                        traceback.format_exception(type(exc), exc, exc.__traceback__)))
+                meta.update(status=FAILED, error=error)
+                failed.append((bundle.run_id, error))
+            else:
+                meta["headline"] = headline or {}
+                meta["analysis"] = "host"
+                missing = bundle.missing(ALWAYS_REQUIRED)
+                if missing:
+                    error = "the bundle is incomplete: missing " + ", ".join(missing)
+                    meta.update(status=FAILED, error=error)
+                    failed.append((bundle.run_id, error))
+            meta.setdefault("timing", {})["analysis"] = round(time.time() - t, 3)
+            meta["files"] = bundle.manifest()
+            bundle.write_metadata(meta)
+        write_summary(out)
+    return failed

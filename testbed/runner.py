@@ -10,6 +10,7 @@ Order (every step through one `CommandRunner`, whose transcript goes into the bu
                 (or until every finite workload is done, with ``stop_when_done``)
     teardown    workloads, samplers and captures stopped; tc/OVS/sysctl dumps; Network down
     analysis    `analysis.bundle.analyze_bundle` fills metrics/ and gives the headline
+                (or, with analyze=False, later on the host: `results.finish_deferred`)
 
 The pure parts -- the topology object, flow lists, schedule events, transport settings
 -- are separate functions, shared with `dry_run_commands` (``testbed run --dry-run``),
@@ -22,14 +23,15 @@ import functools
 import importlib
 import math
 import os
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from testbed.commands import CommandRunner
+from testbed.commands import CommandRunner, in_parallel
 from testbed.errors import SpecError
-from testbed.results import Bundle, atomic_write_text
+from testbed.results import DEFERRED, Bundle, atomic_write_text
 from testbed.spec import (
     BulkWorkload,
     CbrWorkload,
@@ -384,6 +386,10 @@ def host_facts() -> dict[str, Any]:
 
 
 SYSCTL_PATTERN = r"^net\.(ipv4\.tcp_|mptcp\.|core\.(r|w)mem|ipv4\.conf\.all\.rp_filter)"
+# where those live under /proc/sys (reading only them: `sysctl -a` reads every sysctl,
+# about a second per host under software emulation)
+SYSCTL_GLOBS = ("net/ipv4/tcp_*", "net/mptcp/*", "net/core/rmem_*", "net/core/wmem_*",
+                "net/ipv4/conf/all/rp_filter")
 
 
 def parse_sysctl(text: str) -> dict[str, str]:
@@ -396,27 +402,43 @@ def parse_sysctl(text: str) -> dict[str, str]:
     return out
 
 
+def sysctl_keys(root: Path = Path("/proc/sys")) -> list[str]:
+    """The names of the sysctls `SYSCTL_PATTERN` selects, found without reading them (the
+    same names exist in every network namespace; one missing in a host is skipped)."""
+    keys = {".".join(p.relative_to(root).parts) for g in SYSCTL_GLOBS for p in root.glob(g)}
+    return sorted(k for k in keys if re.match(SYSCTL_PATTERN, k))
+
+
 def node_dumps(runner: CommandRunner, net: Any, hosts: list[str], logs: Path,
                openflow: bool) -> dict[str, Any]:
     """Sysctls of every host, tc of every shaped interface, OVS flows of every switch.
 
     Full texts go to ``logs/``; metadata gets the TCP/MPTCP sysctls and the dumps.
+    Hosts and switches are dumped a few at a time (a fat-tree has 16 and 20).
     """
     out: dict[str, Any] = {"sysctls": {}, "tc": {}, "ovs": {}}
-    for h in hosts:
-        res = runner.run(["sysctl", "-a", "-r", SYSCTL_PATTERN], host=net.host(h),
-                         check=False, record=False)
-        (logs / f"sysctl-{h}.txt").write_text(res.stdout)
-        out["sysctls"][h] = parse_sysctl(res.stdout)
+    keys = sysctl_keys()
+
+    def sysctls(h: str) -> str:
+        argv = ["sysctl", "-e", *keys] if keys else ["sysctl", "-a", "-r", SYSCTL_PATTERN]
+        return runner.run(argv, host=net.host(h), check=False, record=False).stdout
+
+    for h, text in zip(hosts, in_parallel(sysctls, hosts), strict=True):
+        (logs / f"sysctl-{h}.txt").write_text(text)
+        out["sysctls"][h] = parse_sysctl(text)
     try:
         out["tc"] = net.tc_dump()
     except Exception as exc:  # a dump must never cost the run
         out["tc"] = {"error": str(exc)}
     (logs / "tc.txt").write_text("".join(f"# {k}\n{v}\n" for k, v in out["tc"].items()))
-    for sw in sorted(net.topo.switches()):
+
+    def flows(sw: str) -> str:
         argv = ["ovs-ofctl", *(["-O", "OpenFlow13"] if openflow else []), "dump-flows", sw]
         res = runner.run(argv, check=False, record=False)
-        text = res.stdout if res.returncode == 0 else res.stderr
+        return res.stdout if res.returncode == 0 else res.stderr
+
+    switches = sorted(net.topo.switches())
+    for sw, text in zip(switches, in_parallel(flows, switches), strict=True):
         out["ovs"][sw] = text
         (logs / f"ovs-{sw}.txt").write_text(text)
     return out
@@ -473,14 +495,24 @@ class _Timeline:
             self.phase(name)
 
 
+def analyze_run(run_dir: Path) -> dict[str, Any]:
+    """Compute a finished run's ``metrics/``; return its headline metrics (JSON-safe)."""
+    from analysis.bundle import analyze_bundle
+
+    return _finite(analyze_bundle(run_dir))
+
+
 def execute_run(plan: Any, bundle: Bundle, meta: dict[str, Any], phase: Phase,
-                keeper: Any = None) -> dict:
+                keeper: Any = None, analyze: bool = True) -> dict:
     """Run one plan into bundle; fill meta; return the headline metrics.
 
     plan: a `testbed.sweep.RunPlan`; bundle: its (created) folder; meta: the run's
     metadata (written by the caller); phase: called with the name of each phase;
     keeper: a `testbed.reuse.NetworkKeeper` that may hand over the previous run's network
-    and keep this one's for the next run (None: the run builds and stops its own).
+    and keep this one's for the next run (None: the run builds and stops its own);
+    analyze: False leaves the analysis to `testbed.results.finish_deferred` later (inside
+    the testbed VM, whose software emulation makes it ~10x slower than on the host) and
+    returns no headline.
     Everything else started here is stopped before this returns or raises.
     """
     exp: Experiment = plan.spec
@@ -510,11 +542,12 @@ def execute_run(plan: Any, bundle: Bundle, meta: dict[str, Any], phase: Phase,
         atomic_write_text(bundle.transcript_path, runner.transcript.to_jsonl())
         atomic_write_text(bundle.root / "commands.sh", runner.transcript.as_shell())
         tl.enter("done")
+    if not analyze:
+        meta["analysis"] = DEFERRED
+        return {}
     bundle.write_metadata(meta)  # analysis reads interfaces and t0 from it
     tl.enter("analysis")
-    from analysis.bundle import analyze_bundle
-
-    headline = _finite(analyze_bundle(bundle.root))
+    headline = analyze_run(bundle.root)
     tl.enter("done")
     return headline
 
@@ -549,13 +582,14 @@ def _run_network(exp: Experiment, plan: Any, bundle: Bundle, meta: dict[str, Any
         meta["interfaces"] = net.interface_map()
         meta["links"] = net.describe()
         peer_mh = bool(getattr(topo, "server_multihomed", False))
-        meta["transport"] = {}
         roles = mptcp_roles(exp, flows, hosts)
-        for h in hosts:
-            role = roles[h]
+        def configure(h: str) -> dict[str, Any]:
             host = net.host(h)
-            meta["transport"][h] = configure_host(runner, host, ts, host_interfaces(host),
-                                                  role=role, peer_multihomed=peer_mh)
+            return configure_host(runner, host, ts, host_interfaces(host), role=roles[h],
+                                  peer_multihomed=peer_mh)
+
+        # each host is its own namespace: a few at a time (a fat-tree has 16)
+        meta["transport"] = dict(zip(hosts, in_parallel(configure, hosts), strict=True))
         captures = CaptureSet(runner, bundle.pcap_dir, bundle.logs_dir, exp.capture.snaplen)
         for h, intf in capture_targets(exp, topo, hosts):
             captures.add(net.host(h), intf)

@@ -6,7 +6,9 @@ paper's numbers) and a README.  ``testbed study DIR --variant quick --out OUT`` 
 spec of the variant into ``OUT/<spec file stem>/`` (resumable, like ``testbed run``),
 writes each spec's report, then the study report ``OUT/report.html`` that puts the
 paper's numbers next to ours.  When this machine cannot run experiments natively, the
-whole study runs inside one ``testbed vm`` (one boot, not one per spec).
+whole study runs inside one ``testbed vm`` (one boot, not one per spec) and the runs'
+analysis and the reports happen here afterwards (software emulation makes them ~10x
+slower inside; metadata says ``analysis = "host"`` for such runs).
 """
 
 from __future__ import annotations
@@ -62,7 +64,8 @@ def study_outputs(studies: list[Path], variant: str, out: Path | None) -> list[P
 
 def run_study(study: Path, variant: str = "quick", out: Path | None = None,
               only: list[str] | None = None, fail_fast: bool = False,
-              reports: bool = True, fresh_networks: bool = False) -> StudyOutcome:
+              reports: bool = True, fresh_networks: bool = False,
+              analyze: bool = True) -> StudyOutcome:
     """Run every spec of the study variant, then write the reports.
 
     study: the study folder; variant: quick | full; out: output folder;
@@ -70,7 +73,8 @@ def run_study(study: Path, variant: str = "quick", out: Path | None = None,
     reports: write the reports (off inside the VM: the host writes them afterwards,
     where plotting is 20x faster than under software emulation); fresh_networks: build a
     network for every run (default: consecutive runs that may share one do, across the
-    study's specs; see `testbed.reuse`).
+    study's specs; see `testbed.reuse`); analyze: False leaves each run's analysis to
+    `finish_analysis` (inside the VM: the host does it afterwards, ~10x faster).
     """
     from functools import partial
 
@@ -93,7 +97,7 @@ def run_study(study: Path, variant: str = "quick", out: Path | None = None,
     # surface after twenty minutes of runs
     plans = {spec: plan_runs(spec) for spec in specs}
     with NetworkKeeper(keep=not fresh_networks, state_dir=out) as keeper:
-        execute = partial(execute_run, keeper=keeper)
+        execute = partial(execute_run, keeper=keeper, analyze=analyze)
         for i, (spec, spec_plans) in enumerate(plans.items(), 1):
             spec_out = out / spec.stem
             outcome.specs[spec.stem] = spec_out
@@ -111,20 +115,44 @@ def run_study(study: Path, variant: str = "quick", out: Path | None = None,
     return outcome
 
 
+def spec_outputs(out: Path) -> list[Path]:
+    """The spec folders of a study's output folder (those with a summary.parquet)."""
+    return sorted(p for p in out.iterdir() if p.is_dir() and not p.name.startswith(("_", "."))
+                  and (p / "summary.parquet").exists())
+
+
+def finish_analysis(out: Path) -> dict[str, str]:
+    """Analyse the runs of a study whose analysis was deferred (done inside the VM);
+    return {"<spec>/<run id>": error} for those that failed (now marked failed)."""
+    from testbed.results import finish_deferred
+    from testbed.runner import analyze_run
+
+    failed: dict[str, str] = {}
+    if not out.is_dir():
+        return failed
+    for spec_out in spec_outputs(out):
+        def say(line: str, spec: str = spec_out.name) -> None:
+            print(f"{out.name}/{spec}: {line}", file=sys.stderr, flush=True)
+        for run_id, err in finish_deferred(spec_out, analyze_run, progress=say):
+            failed[f"{spec_out.name}/{run_id}"] = err
+    return failed
+
+
 def write_study_report(study: Path, out: Path) -> Path:
-    """Each spec's report plus the study's paper-vs-ours report; returns its path."""
+    """Each spec's report plus the study's paper-vs-ours report; returns its path.
+    Runs whose analysis was deferred are analysed first."""
     from analysis.report import write_report
     from analysis.studies import write_study_report as write_comparison
 
     if not out.is_dir():
         raise InputError(f"{out}: no study results here; run `testbed study {study}` first")
-    for spec_out in sorted(p for p in out.iterdir() if p.is_dir() and not p.name.startswith(
-            ("_", "."))):
-        if (spec_out / "summary.parquet").exists():
-            try:
-                write_report(spec_out)
-            except TestbedError as exc:
-                print(f"report for {spec_out.name} skipped: {exc}", file=sys.stderr)
+    for key, err in finish_analysis(out).items():
+        print(f"  failed in {study.name}/{key}: {err}", file=sys.stderr)
+    for spec_out in spec_outputs(out):
+        try:
+            write_report(spec_out)
+        except TestbedError as exc:
+            print(f"report for {spec_out.name} skipped: {exc}", file=sys.stderr)
     return write_comparison(study, out)
 
 
@@ -132,11 +160,11 @@ def in_vm_argv(studies: list[Path], variant: str, out: Path | None,
                only: list[str] | None, fail_fast: bool,
                fresh_networks: bool = False) -> list[str]:
     """The command that re-runs this very ``testbed study`` inside the VM, without the
-    reports (the caller writes them on this machine afterwards)."""
+    analysis and the reports (the caller does both on this machine afterwards)."""
     exe = Path(sys.prefix) / "bin" / "testbed"
     argv = [str(exe)] if exe.exists() else [sys.executable, "-m", "testbed.cli"]
     argv += ["study", *(str(s.resolve()) for s in studies), "--variant", variant,
-             "--no-vm", "--no-report"]
+             "--no-vm", "--no-report", "--defer-analysis"]
     # the same folders as `study_outputs` here, made absolute for the VM
     base = out or (Path("results") if len(studies) > 1 else default_out(studies[0], variant))
     argv += ["--out", str(base.resolve())]

@@ -184,3 +184,58 @@ def test_switch_start_retries_a_refused_bridge_then_names_it(monkeypatch):
     with pytest.raises(RunError, match=r"bridge E5 \(3 tries\): ovs-vsctl: transaction"):
         sw.start([])
     assert len(sw.calls) == 3
+
+
+def queued_switch(name: str, commands: list[str]) -> ProbedOVSSwitch:
+    sw = ProbedOVSSwitch.__new__(ProbedOVSSwitch)  # no OVS: only the batch start-up
+    sw.name, sw.batch, sw.commands = name, True, list(commands)
+    return sw
+
+
+def test_batch_startup_creates_every_bridge_in_one_transaction(monkeypatch):
+    monkeypatch.setattr(mininet_nodes, "VSCTL_RETRY_S", 0.0)
+    calls: list[str] = []
+    answers = [("", "ovs-vsctl: transaction error: busy\n", 1), ("", "", 0)]
+
+    def run(cmd: str, shell: bool = False) -> tuple[str, str, int]:
+        assert shell
+        calls.append(cmd)
+        return answers.pop(0)
+
+    sws = [queued_switch("A0", ["-- --if-exists del-br A0 -- add-br A0 "]),
+           queued_switch("A1", ["-- --if-exists del-br A1 -- add-br A1"]),
+           queued_switch("s9", [])]  # started on its own: nothing queued
+    assert ProbedOVSSwitch.batchStartup(sws, run=run) == sws
+    assert calls == ["ovs-vsctl -- --if-exists del-br A0 -- add-br A0 "
+                     "-- --if-exists del-br A1 -- add-br A1"] * 2  # refused once, retried
+    assert all(not s.batch and s.commands == [] for s in sws[:2])
+    assert ProbedOVSSwitch.batchStartup(sws, run=run) == sws and len(calls) == 2
+
+
+def test_batch_startup_names_the_bridges_when_ovs_keeps_refusing(monkeypatch):
+    monkeypatch.setattr(mininet_nodes, "VSCTL_RETRY_S", 0.0)
+    calls: list[str] = []
+
+    def run(cmd: str, shell: bool = False) -> tuple[str, str, int]:
+        calls.append(cmd)
+        return "", "ovs-vsctl: transaction error: busy", 1
+
+    sws = [queued_switch("E0", ["-- add-br E0"]), queued_switch("E1", ["-- add-br E1"])]
+    with pytest.raises(RunError, match=r"bridges E0, E1 \(3 tries\): ovs-vsctl: trans"):
+        ProbedOVSSwitch.batchStartup(sws, run=run)
+    assert len(calls) == 3
+
+
+def test_batch_startup_splits_a_command_line_too_long_for_one_exec(monkeypatch):
+    monkeypatch.setattr(ProbedOVSSwitch, "argmax", 40)
+    calls: list[str] = []
+
+    def run(cmd: str, shell: bool = False) -> tuple[str, str, int]:
+        calls.append(cmd)
+        return "", "", 0
+
+    sws = [queued_switch(f"E{i}", [f"-- add-br E{i} -- set x"]) for i in range(4)]
+    ProbedOVSSwitch.batchStartup(sws, run=run)
+    assert len(calls) == 4 and all(c.startswith("ovs-vsctl -- add-br") for c in calls)
+    assert " ".join(c.removeprefix("ovs-vsctl ") for c in calls) == \
+        " ".join(f"-- add-br E{i} -- set x" for i in range(4))

@@ -188,3 +188,23 @@ def test_nft_tables_are_made_and_deleted_in_one_call_each(tmp_path: Path) -> Non
     assert made == [["nft", "list", "tables"], ["nft", "-f", "-"]]
     net._delete_nft_tables()  # a dry runner lists no tables: nothing to delete
     assert [e.argv for e in net.runner.transcript.entries] == [*made, ["nft", "list", "tables"]]
+
+
+def test_topology_setup_is_one_sysctl_and_one_ip_batch_per_host(tmp_path: Path,
+                                                                 monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    net = _dry_net(tmp_path)
+    monkeypatch.setattr(net, "node", lambda name: SimpleNamespace(name=name, pid=7))
+    cmds = [*net.topo.setup_commands(), ("router", ["echo", "other"])]
+    net._run_setup_commands(cmds)
+    got = [(e.where, e.argv[3:]) for e in net.runner.transcript.entries]
+    # anything else first, then one sysctl per host, then the ip commands in their order
+    assert got[0] == ("router", ["echo", "other"])
+    sysctl_lines = [g for g in got if g[1][0] == "sysctl"]
+    assert sysctl_lines == [("router", ["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"]),
+                            ("client", ["sysctl", "-q", "-w",
+                                        "net.ipv4.conf.all.rp_filter=2"])]
+    ip_lines = [g for g in got if g[1][0] == "ip"]
+    assert ip_lines == [(h, a) for h, a in cmds if a[0] == "ip"] and len(ip_lines) == 4
+    assert got.index(sysctl_lines[-1]) < got.index(ip_lines[0])

@@ -18,7 +18,9 @@ from testbed.results import (
     Bundle,
     atomic_write_json,
     atomic_write_text,
+    finish_deferred,
     locked,
+    pending_analysis,
     run_sweep,
     runs_frame,
 )
@@ -40,7 +42,8 @@ def plans():
 class FakeRunner:
     """Writes the files a real run writes; can fail or be interrupted on chosen runs."""
 
-    def __init__(self, fail=(), interrupt=(), missing=(), error=RunError):
+    def __init__(self, fail=(), interrupt=(), missing=(), error=RunError, defer=False):
+        self.defer = defer  # leave the analysis for later (execute_run(analyze=False))
         self.calls: list[str] = []
         self.keepers: list = []  # the NetworkKeeper each run was given (None: none)
         self.fail, self.interrupt, self.missing, self.error = fail, interrupt, missing, error
@@ -57,6 +60,9 @@ class FakeRunner:
             raise KeyboardInterrupt
         if plan.index in self.fail:
             raise self.error("controller died")
+        if self.defer:
+            meta["analysis"] = "deferred"
+            return {}
         for rel in ALWAYS_REQUIRED:
             if rel.startswith("metrics/") and plan.index not in self.missing:
                 pd.DataFrame({"flow_id": [1], "bytes": [1000 * (plan.index + 1)],
@@ -259,3 +265,51 @@ def test_progress_is_told_everything(tmp_path):
 def test_runs_frame_of_an_empty_dir(tmp_path):
     df = runs_frame(tmp_path)
     assert len(df) == 0 and "run_id" in df.columns
+
+
+def fake_analyze(run_dir: Path) -> dict:
+    """What `testbed.runner.analyze_run` does: metrics/ written, headline returned."""
+    if (run_dir / "pcap" / "corrupt").exists():
+        raise RunError("capture is corrupt")
+    (run_dir / "metrics").mkdir(exist_ok=True)
+    for rel in ALWAYS_REQUIRED:
+        if rel.startswith("metrics/"):
+            pd.DataFrame({"flow_id": [1]}).to_parquet(run_dir / rel)
+    return {"goodput_bps": 5e6}
+
+
+def test_a_run_with_deferred_analysis_is_complete_and_finished_later(tmp_path):
+    report = run_sweep(plans(), tmp_path, FakeRunner(defer=True))
+    assert report.complete == 4 and not report.failed
+    assert set(statuses(tmp_path).values()) == {COMPLETE}  # no metrics/ needed yet
+    assert len(pending_analysis(tmp_path)) == 4
+    again = FakeRunner()
+    run_sweep(plans(), tmp_path, again)  # a resume does not redo them
+    assert again.calls == []
+    (tmp_path / plans()[1].run_id / "pcap" / "corrupt").write_text("x")
+    lines: list[str] = []
+    failed = finish_deferred(tmp_path, fake_analyze, progress=lines.append)
+    assert [r for r, _ in failed] == [plans()[1].run_id]
+    assert "capture is corrupt" in failed[0][1] and len(lines) == 4
+    st = statuses(tmp_path)
+    assert st.pop(plans()[1].run_id) == FAILED and set(st.values()) == {COMPLETE}
+    meta = Bundle(tmp_path / plans()[0].run_id).read_metadata()
+    assert meta["analysis"] == "host" and meta["headline"] == {"goodput_bps": 5e6}
+    assert "metrics/flows.parquet" in meta["files"] and "analysis" in meta["timing"]
+    bad = Bundle(tmp_path / plans()[1].run_id)
+    assert (bad.logs_dir / "error.log").exists()
+    summary = pd.read_parquet(tmp_path / "summary.parquet").set_index("run_id")
+    assert summary.loc[plans()[0].run_id, "goodput_bps"] == 5e6
+    assert summary.loc[plans()[1].run_id, "status"] == FAILED
+    assert pending_analysis(tmp_path) == []
+    assert finish_deferred(tmp_path, fake_analyze) == []  # nothing left to do
+    rerun = FakeRunner()
+    run_sweep(plans(), tmp_path, rerun)  # the failed one is redone, the rest kept
+    assert rerun.calls == [plans()[1].run_id]
+
+
+def test_a_deferred_run_still_needs_its_run_files(tmp_path):
+    run_sweep(plans(), tmp_path, FakeRunner(defer=True))
+    (tmp_path / plans()[0].run_id / "transcript.jsonl").unlink()
+    assert Bundle(tmp_path / plans()[0].run_id).status() == "broken"
+    assert len(pending_analysis(tmp_path)) == 3

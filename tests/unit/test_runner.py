@@ -14,6 +14,7 @@ from testbed.runner import (
     dry_run_commands,
     git_revision,
     host_addresses,
+    in_parallel,
     mptcp_roles,
     parse_dpkg_status,
     parse_sysctl,
@@ -22,6 +23,7 @@ from testbed.runner import (
     plan_flows,
     resolve_addresses,
     schedule_events,
+    sysctl_keys,
     topo_hosts,
     transport_settings,
 )
@@ -232,3 +234,29 @@ def test_mptcp_roles_follow_who_opens_the_connections():
     assert mptcp_roles(p.spec, flows, ["client", "server"])["client"] == "client"
     pf = plan(FAT)
     assert set(mptcp_roles(pf.spec, [], ["S0", "S1"]).values()) == {"client"}
+
+
+def test_sysctl_keys_are_found_without_reading_every_sysctl(tmp_path):
+    for rel in ("net/ipv4/tcp_rmem", "net/ipv4/tcp_congestion_control", "net/mptcp/enabled",
+                "net/core/rmem_max", "net/core/wmem_default", "net/core/somaxconn",
+                "net/ipv4/conf/all/rp_filter", "net/ipv4/conf/eth0/rp_filter",
+                "net/ipv4/ip_forward", "kernel/hostname"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("1\n")
+    assert sysctl_keys(tmp_path) == [
+        "net.core.rmem_max", "net.core.wmem_default", "net.ipv4.conf.all.rp_filter",
+        "net.ipv4.tcp_congestion_control", "net.ipv4.tcp_rmem", "net.mptcp.enabled"]
+    assert sysctl_keys(tmp_path / "none") == []
+
+
+def test_in_parallel_keeps_the_order_and_raises_the_first_error():
+    assert in_parallel(lambda x: x * 2, list(range(10)), workers=3) == list(range(0, 20, 2))
+    assert in_parallel(str, []) == [] and in_parallel(str, [7]) == ["7"]
+
+    def boom(x: int) -> int:
+        if x == 3:
+            raise ValueError("host 3")
+        return x
+
+    with pytest.raises(ValueError, match="host 3"):
+        in_parallel(boom, list(range(6)))

@@ -58,3 +58,48 @@ def test_study_cli_report_only_without_results(tmp_path):
     assert res.returncode == 0, res.stderr
     assert json.loads((tmp_path / "empty" / "claims.json").read_text()) == []
     assert "P4" in (tmp_path / "empty" / "report.html").read_text()
+
+
+def test_in_vm_argv_defers_analysis_and_reports_to_the_host(tmp_path):
+    from testbed.study import in_vm_argv
+
+    argv = in_vm_argv([ROOT / "experiments" / "p2_three_paths"], "quick", tmp_path / "o",
+                      ["loss"], fail_fast=True)
+    assert argv[argv.index("study") + 1] == str(ROOT / "experiments" / "p2_three_paths")
+    for flag in ("--no-vm", "--no-report", "--defer-analysis", "--fail-fast"):
+        assert flag in argv
+    assert argv[argv.index("--out") + 1] == str((tmp_path / "o").resolve())
+    assert argv[argv.index("--only") + 1] == "loss"
+
+
+def test_run_study_defers_analysis_and_the_host_finishes_it(tmp_path, monkeypatch):
+    """run_study(analyze=False) hands analyze=False to every run; finish_analysis then
+    analyses each spec folder's runs (what the host does after the VM)."""
+    from test_results import FakeRunner, fake_analyze
+
+    import testbed.runner
+    from testbed.results import Bundle
+    from testbed.study import finish_analysis, run_study
+
+    fake = FakeRunner(defer=True)
+    seen: list[bool] = []
+
+    def execute(plan, bundle, meta, phase, keeper=None, analyze=True):
+        seen.append(analyze)
+        return fake(plan, bundle, meta, phase, keeper)
+
+    monkeypatch.setattr(testbed.runner, "execute_run", execute)
+    monkeypatch.setattr(testbed.runner, "analyze_run", fake_analyze)
+    study = ROOT / "experiments" / "p2_three_paths"
+    out = tmp_path / "p2"
+    outcome = run_study(study, "quick", out, only=["loss", "cc"], reports=False,
+                        analyze=False)
+    assert not outcome.failed and seen and not any(seen)
+    runs = [b for spec in ("cc", "loss") for b in (out / spec).iterdir()
+            if (b / "metadata.json").exists()]
+    assert runs and all(Bundle(b).read_metadata()["analysis"] == "deferred" for b in runs)
+    (runs[0] / "pcap" / "corrupt").write_text("x")
+    failed = finish_analysis(out)
+    assert list(failed) == [f"{runs[0].parent.name}/{runs[0].name}"]
+    assert all(Bundle(b).read_metadata()["analysis"] == "host" for b in runs[1:])
+    assert finish_analysis(out) == {}
