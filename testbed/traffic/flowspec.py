@@ -127,7 +127,7 @@ def base_record(flow: FlowSpec) -> dict[str, Any]:
             "size_bytes": flow.size_bytes, "bytes": 0, "start": None, "end": None,
             "fct_s": None, "error": None, "bytes_received": None, "t_connected": None,
             "duration_s": flow.duration_s, "rate_bps": flow.rate_bps, "cc": flow.cc,
-            "via": flow.via, "bind_addr": flow.bind_addr}
+            "via": flow.via, "bind_addr": flow.bind_addr, "note": None}
 
 
 def read_records(text: str) -> list[dict[str, Any]]:
