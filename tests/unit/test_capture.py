@@ -28,8 +28,8 @@ STATS = """tcpdump: listening on client-eth0, link-type EN10MB (Ethernet), snaps
 
 def test_argv_and_names() -> None:
     assert tcpdump_argv("client-eth0", Path("pcap/client-client-eth0.pcap")) == \
-        ["tcpdump", "-i", "client-eth0", "-s", "128", "-B", "16384", "-U", "-n",
-         "--immediate-mode", "-Z", "root", "-w", "pcap/client-client-eth0.pcap"]
+        ["tcpdump", "-i", "client-eth0", "-s", "128", "-B", "16384", "-n",
+         "-Z", "root", "-w", "pcap/client-client-eth0.pcap"]
     assert tcpdump_argv("s1-eth1", Path("x.pcap"), 256, ["tcp"])[-1] == "tcp"
     assert pcap_name("client", "client-eth1") == "client-client-eth1.pcap"
     with pytest.raises(InputError, match="snaplen"):
