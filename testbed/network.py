@@ -45,31 +45,36 @@ these only grow and are not undone.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import re
-import shutil
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from testbed import shaping as sh
+from testbed.cleanup import (
+    MANIFEST,
+    Manifest,
+    keep_ovs_state,
+    kill_pids,
+    netns_inode,
+    parse_link_names,
+    pids_in_netns,
+    remove_leftovers,
+)
 from testbed.commands import BatchShell, CommandRunner, in_parallel, run_batches
 from testbed.errors import (
     CommandError,
     InputError,
     MissingFeatureError,
     RunError,
-    TestbedError,
 )
 from testbed.schedule import ScheduleEvent, SchedulePlayer
 
-MANIFEST = "network.json"
 DEFAULT_CONTROLLER_PORT = 6653
 
 
@@ -103,25 +108,6 @@ class PathInterface:
     host_side: bool
 
 
-@dataclass
-class Manifest:
-    """Everything a `Network` created, by name/PID, for exact clean-up."""
-
-    hosts: dict[str, int] = field(default_factory=dict)       # host -> shell pid
-    netns: dict[str, int] = field(default_factory=dict)       # host -> netns inode
-    switches: dict[str, int] = field(default_factory=dict)    # switch -> shell pid
-    interfaces: list[str] = field(default_factory=list)       # veth ends (any namespace)
-    bridges: list[str] = field(default_factory=list)          # OVS bridges
-    nft_tables: list[list[str]] = field(default_factory=list)  # [family, name]
-
-    def write(self, path: Path) -> None:
-        path.write_text(json.dumps(asdict(self), indent=1, sort_keys=True) + "\n")
-
-    @classmethod
-    def read(cls, path: Path) -> Manifest:
-        return cls(**json.loads(path.read_text()))
-
-
 class ControllerTarget:
     """What Mininet's switches need to know about a remote controller (no shell, no
     telnet probe, unlike Mininet's `RemoteController`)."""
@@ -147,16 +133,6 @@ class ControllerTarget:
 
 
 # -- pure helpers -------------------------------------------------------------------
-
-def parse_link_names(text: str) -> list[str]:
-    """Interface names from ``ip -o link show`` output (``"3: s1-eth1@if2: ..."``)."""
-    names = []
-    for line in text.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) >= 2 and parts[0].strip().isdigit():
-            names.append(parts[1].strip().split("@", 1)[0])
-    return names
-
 
 def intf_name(node: str, port: int | None, explicit: str | None) -> str:
     """The name Mininet gives a link end: explicit, else ``<node>-eth<port>``."""
@@ -230,55 +206,6 @@ def split_qdisc_dump(text: str) -> dict[str, str]:
         if dev is not None:
             out.setdefault(dev, []).append(line)
     return {d: "".join(lines) for d, lines in out.items()}
-
-
-def netns_inode(pid: int) -> int | None:
-    """The network-namespace inode of a process, or None if it is gone."""
-    try:
-        return os.stat(f"/proc/{pid}/ns/net").st_ino
-    except OSError:
-        return None
-
-
-def pids_in_netns(inodes: set[int], exclude: Iterable[int] = ()) -> list[int]:
-    """PIDs of processes whose network namespace is one of ``inodes``."""
-    skip = set(exclude) | {os.getpid()}
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) in skip:
-            continue
-        ino = netns_inode(int(entry))
-        if ino is not None and ino in inodes:
-            found.append(int(entry))
-    return found
-
-
-def kill_pids(pids: Sequence[int], grace: float = 2.0) -> list[int]:
-    """SIGTERM each PID, wait up to ``grace`` s, SIGKILL the rest; return those signalled."""
-    hit = []
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGTERM)
-            hit.append(pid)
-        except ProcessLookupError:
-            pass
-    deadline = time.time() + grace
-    alive = list(hit)
-    while alive and time.time() < deadline:
-        time.sleep(0.05)
-        alive = [p for p in alive if _alive(p)]
-    for pid in alive:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    return hit
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][:1] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 # -- the network --------------------------------------------------------------------
@@ -915,79 +842,3 @@ class Network:
         for sig, old in self._old_handlers.items():
             signal.signal(sig, old)
         self._old_handlers.clear()
-
-
-def keep_ovs_state(runner: CommandRunner, dest: Path) -> None:
-    """Copy into dest what OVS knows about its controller connections: every controller
-    record (``ovs-controllers.txt``: is_connected, status) and ovs-vswitchd's log.
-    Never raises: it runs while something else already went wrong."""
-    try:
-        dest.mkdir(parents=True, exist_ok=True)
-        res = runner.run(["ovs-vsctl", "--timeout=30", "list", "controller"], check=False,
-                         record=False, timeout=60)
-        (dest / "ovs-controllers.txt").write_text(res.stdout + res.stderr)
-        log = Path("/var/log/openvswitch/ovs-vswitchd.log")
-        if log.exists():
-            shutil.copyfile(log, dest / "ovs-vswitchd.log")
-    except (OSError, TestbedError) as exc:
-        with contextlib.suppress(OSError):
-            (dest / "ovs-controllers.txt").write_text(f"could not read OVS state: {exc}\n")
-
-
-def is_mininet_shell(pid: int, node: str) -> bool:
-    """True if pid is still the shell Mininet started for node (``mininet:<node>``)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f"mininet:{node}".encode() in f.read().split(b"\0")
-    except OSError:
-        return False
-
-
-def remove_leftovers(manifest: Manifest, runner: CommandRunner, fresh: bool = True
-                     ) -> dict[str, list[str]]:
-    """Remove whatever in manifest still exists, by name/PID; return what was removed.
-
-    Interfaces are deleted only if they still exist under their recorded name, bridges
-    only if OVS lists them.  Processes are signalled only while they are in one of the
-    recorded network namespaces; fresh=False (a manifest from an earlier process)
-    trusts a namespace only while its host's Mininet shell is still alive in it, so a
-    re-used PID or namespace number is never signalled.
-    """
-    report: dict[str, list[str]] = {}
-    inodes = {ino for name, ino in manifest.netns.items()
-              if fresh or (is_mininet_shell(manifest.hosts[name], name)
-                           and netns_inode(manifest.hosts[name]) == ino)}
-    stray = pids_in_netns(inodes)
-    if stray:
-        report["processes"] = [str(p) for p in kill_pids(stray)]
-    for name, pid in manifest.switches.items():
-        if is_mininet_shell(pid, name):
-            kill_pids([pid])
-            report.setdefault("processes", []).append(f"{pid} ({name})")
-    links = set(parse_link_names(runner.run(["ip", "-o", "link", "show"], record=False).stdout))
-    for name in manifest.interfaces:
-        if name in links:
-            runner.run(["ip", "link", "del", "dev", name], check=False)
-            report.setdefault("interfaces", []).append(name)
-    if manifest.bridges:
-        res = runner.run(["ovs-vsctl", "--timeout=10", "list-br"], check=False, record=False)
-        for br in sorted(set(res.stdout.split()) & set(manifest.bridges)):
-            runner.run(["ovs-vsctl", "--timeout=10", "--if-exists", "del-br", br])
-            report.setdefault("bridges", []).append(br)
-    return report
-
-
-def cleanup_from_manifest(path: Path, runner: CommandRunner | None = None
-                          ) -> dict[str, list[str]]:
-    """Finish the clean-up of a network whose process died (e.g. SIGKILL).
-
-    path: its ``network.json``; returns what was removed.
-    """
-    runner = runner or CommandRunner()
-    manifest = Manifest.read(path)
-    report = remove_leftovers(manifest, runner, fresh=False)
-    for family, name in manifest.nft_tables:
-        if runner.ok(["nft", "list", "table", family, name], record=False):
-            runner.run(["nft", "delete", "table", family, name])
-            report.setdefault("nft_tables", []).append(f"{family} {name}")
-    return report

@@ -178,7 +178,7 @@ class NetworkKeeper:
         path = self.state_dir / KEPT
         if not path.is_file():
             return {}
-        from testbed.network import cleanup_from_manifest
+        from testbed.cleanup import cleanup_from_manifest
 
         report = cleanup_from_manifest(path, runner)
         path.unlink(missing_ok=True)

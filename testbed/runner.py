@@ -673,7 +673,7 @@ def recover_bundle(bundle: Bundle) -> dict[str, list[str]]:
 
     bundle: a bundle still marked ``running``; returns what was removed.
     """
-    from testbed.network import MANIFEST, cleanup_from_manifest
+    from testbed.cleanup import MANIFEST, cleanup_from_manifest
 
     manifest = bundle.logs_dir / "network" / MANIFEST
     if not manifest.is_file():

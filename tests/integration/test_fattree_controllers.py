@@ -33,8 +33,9 @@ import pytest
 
 from controllers.launcher import ControllerProcess
 from controllers.stats import chi2_sf, chi_square_uniform
+from testbed.cleanup import keep_ovs_state
 from testbed.commands import CommandRunner, which
-from testbed.network import Network, keep_ovs_state
+from testbed.network import Network
 from topologies.fattree import FatTreeTopo
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_kernel("netem", "ovs", "nft")]

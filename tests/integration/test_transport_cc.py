@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from testbed.cleanup import pids_in_netns
 from testbed.commands import CommandRunner
 from testbed.errors import UnsupportedError
 from testbed.mptcp import TransportSettings, configure_host, host_interfaces
-from testbed.network import Network, pids_in_netns
+from testbed.network import Network
 from testbed.sampler import Sampler
 from testbed.shaping import LinkShape
 from testbed.traffic import patterns

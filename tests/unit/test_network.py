@@ -1,8 +1,7 @@
-"""The pure parts of testbed.network: names, link groups, manifest, process lookup."""
+"""The pure parts of testbed.network: names, link groups, shaping changes, nft tables."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -76,26 +75,6 @@ class BadEnds(Topo):
 def test_shape_ends_must_be_link_ends() -> None:
     with pytest.raises(InputError, match="shape_ends"):
         nw.link_groups(BadEnds())
-
-
-def test_manifest_round_trip(tmp_path: Path) -> None:
-    m = nw.Manifest(hosts={"h1": 10}, netns={"h1": 4026532000}, switches={"s1": 11},
-                    interfaces=["h1-eth0", "s1-eth1"], bridges=["s1"],
-                    nft_tables=[["netdev", "spray_s1"]])
-    m.write(tmp_path / "network.json")
-    assert nw.Manifest.read(tmp_path / "network.json") == m
-
-
-def test_netns_lookup_finds_this_process_namespace() -> None:
-    mine = nw.netns_inode(os.getpid())
-    assert mine is not None
-    assert nw.netns_inode(2**22 + 12345) is None
-    # our own pid is never reported (we must not kill ourselves)
-    assert os.getpid() not in nw.pids_in_netns({mine})
-
-
-def test_is_mininet_shell_checks_the_cmdline() -> None:
-    assert not nw.is_mininet_shell(os.getpid(), "h1")
 
 
 def test_unstarted_network_lookups_fail_clearly() -> None:

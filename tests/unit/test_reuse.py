@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 import pytest
 
+from testbed import cleanup as cleanup_mod
 from testbed import network as network_mod
 from testbed.errors import RunError
 from testbed.reuse import KEPT, TEARDOWN, NetworkKeeper, reuse_key
@@ -171,7 +172,7 @@ def test_an_interrupt_between_runs_stops_the_network(fake_net, tmp_path):
 def test_a_network_a_killed_process_kept_is_removed_first(fake_net, tmp_path, monkeypatch):
     (tmp_path / KEPT).write_text('{"bridges": ["E0"]}')
     seen = []
-    monkeypatch.setattr(network_mod, "cleanup_from_manifest",
+    monkeypatch.setattr(cleanup_mod, "cleanup_from_manifest",
                         lambda path, runner: seen.append(path) or {"bridges": ["E0"]})
     keeper = NetworkKeeper(state_dir=tmp_path)
     _net, info = keeper.acquire(spec(), None, "r1", "run1", None, tmp_path)
