@@ -225,7 +225,8 @@ class Network:
 
     def __init__(self, topo: Any, runner: CommandRunner | None = None, controller: Any = None,
                  workdir: Path | None = None, offloads: bool = False,
-                 ready_timeout: float = 300.0, handle_signals: bool = True):
+                 ready_timeout: float = 300.0, handle_signals: bool = True,
+                 baseline_hosts: bool = False):
         self.topo = topo
         self.runner = runner or CommandRunner()
         self.controller = controller
@@ -249,6 +250,11 @@ class Network:
         self._shells: dict[tuple[str, str], BatchShell] = {}
         self._warmed = False
         self._schedule_shells: list[BatchShell] = []  # warmed and real-time
+        # baseline_hosts: each host's transport state right after the start, which
+        # `end_run` restores (so runs with other transports may follow; `hoststate`)
+        self.baseline_hosts = baseline_hosts
+        self.host_baseline: dict[str, Any] | None = None
+        self._baseline_keys: list[str] = []
 
     # -- context manager --------------------------------------------------------------
     def __enter__(self) -> Network:
@@ -272,6 +278,8 @@ class Network:
             self._build()
             self._start_switches()
             self._configure()
+            if self.baseline_hosts:
+                self._take_host_baseline()
         except BaseException:
             try:
                 if self.mn is not None and self.mn.switches and self.workdir is not None:
@@ -714,9 +722,32 @@ class Network:
         self._players.clear()
         self._shells.clear()
         self._schedule_shells.clear()
+        if self.host_baseline is not None:
+            self._step("host state", self._restore_hosts)
         failed = self.cleanup_errors[before:]
         if failed:
             raise RunError("the network cannot be reused: " + "; ".join(failed))
+
+    def _take_host_baseline(self) -> None:
+        from testbed.hoststate import baseline, sysctl_keys
+
+        self._baseline_keys = sysctl_keys(writable=True)
+        self.host_baseline = baseline(self.runner, list(self.mn.hosts), self._baseline_keys)
+
+    def _restore_hosts(self) -> None:
+        """Every host's transport state back to the baseline; RunError naming what could
+        not be restored (the network must then not serve another run)."""
+        from testbed.hoststate import restore
+
+        assert self.host_baseline is not None
+        hosts = list(self.mn.hosts)
+        left = in_parallel(lambda h: restore(self.runner, h, self.host_baseline[h.name],
+                                             self._baseline_keys), hosts)
+        problems = [f"{h.name}: {d}" for h, diff in zip(hosts, left, strict=True)
+                    for d in diff]
+        if problems:
+            raise RunError("host state differs from the fresh network's: "
+                           + "; ".join(problems[:5]))
 
     def begin_run(self, runner: CommandRunner, controller: Any = None,
                   workdir: Path | None = None) -> None:

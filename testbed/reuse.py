@@ -14,9 +14,19 @@ bridges forget learned MACs.  What stays: hosts, links, qdiscs, bridges, and the
 of qdiscs and ports (the ``tc -s`` dumps in a bundle count from the network's start;
 ``metadata.json`` says so under ``network``).
 
-Reuse is offered only for runs it should not change: the same topology and transport
-sections (so every sysctl a run writes is written again with the same value), TCP (an
-MPTCP run leaves path-manager endpoints and limits behind) and no link schedule.  A run
+Reuse is offered only for runs it should not change, and never across a link schedule:
+
+* the same topology and transport sections and TCP only (every sysctl a run writes is
+  written again with the same value) -- the fat-tree's runs;
+* or the same topology on a small network (at most `BASELINE_MAX_HOSTS` hosts, the
+  multi-path ones) that took a baseline of every host's transport state when it was
+  built (`testbed.hoststate`): between runs the sysctls, MPTCP endpoints and limits, and
+  the rules and routes a run added are put back and checked, so runs with another
+  congestion control, buffer, MPTCP or TCP follow on a network as good as new.  A host
+  that cannot be put back stops the network instead.  A spec whose
+  ``transport.sysctl`` sets keys outside that baseline gets a network of its own.
+
+A run
 that fails while its network is up (or whose clean-up between runs fails) gets no
 successor on it: the keeper stops it.  While a network waits between two runs its
 manifest is in ``<state_dir>/_kept-network.json``; the next keeper on that folder
@@ -27,10 +37,24 @@ removes what a killed process left there.  `close` writes the last stop's report
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 from testbed.commands import CommandRunner
+
+BASELINE_MAX_HOSTS = 4  # a baseline costs two reads per host per run (a few seconds)
+
+
+def topology_key(exp: Any) -> str | None:
+    """The text two runs share when a network with a host baseline may serve both (same
+    topology, no link schedule, no extra sysctl outside the baseline); else None."""
+    from testbed.hoststate import SYSCTL_PATTERN
+
+    if exp.schedule or any(not re.match(SYSCTL_PATTERN, k) for k in exp.transport.sysctl):
+        return None
+    data = exp.model_dump(mode="json", include={"topology"})
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
 def reuse_key(exp: Any) -> str | None:
@@ -62,7 +86,8 @@ class NetworkKeeper:
         self.keep = keep
         self.state_dir = Path(state_dir) if state_dir is not None else None
         self.net: Any = None
-        self.key: str | None = None
+        self.key: str | None = None       # `reuse_key` of the kept network's last run
+        self.topo_key: str | None = None  # `topology_key`, if its hosts have a baseline
         self.built_by: str | None = None
         self.runs = 0  # runs the kept network has served
         self._recovered = False
@@ -90,14 +115,17 @@ class NetworkKeeper:
         if recovered:
             info["recovered_kept_network"] = recovered
         key = reuse_key(exp) if self.keep else None
-        if self.net is not None and key is not None and key == self.key:
+        tkey = topology_key(exp) if self.keep else None
+        if self.net is not None and ((key is not None and key == self.key)
+                                     or (tkey is not None and tkey == self.topo_key)):
+            self.key = key
             net = self.net
             self.net = None  # owned by the run until `release`
             self._forget_kept()
             try:
                 net.begin_run(runner, controller, workdir)
             except BaseException:
-                self.key = None
+                self.key = self.topo_key = None
                 net.stop()
                 raise
             self.runs += 1
@@ -108,9 +136,13 @@ class NetworkKeeper:
         if self.net is not None:
             self.net.runner = runner
             info["previous_network_teardown"] = self.close()
-        net = Network(topo, runner=runner, controller=controller, workdir=workdir)
+        hosts = topo.hosts() if hasattr(topo, "hosts") else []
+        baseline = tkey is not None and 0 < len(hosts) <= BASELINE_MAX_HOSTS
+        net = Network(topo, runner=runner, controller=controller, workdir=workdir,
+                      baseline_hosts=baseline)
         net.start()
         self.key, self.built_by, self.runs = key, run_id, 1
+        self.topo_key = tkey if baseline else None
         return net, {**info, "reused": False, "built_by": run_id, "runs_before": 0}
 
     def release(self, net: Any, ok: bool) -> dict[str, Any]:
@@ -118,25 +150,25 @@ class NetworkKeeper:
         stop it.  Returns the clean-up report for ``metadata.json``.  Raises `RunError`
         when stopping a network of a run that went well had errors (as `Network` does at
         the end of a ``with`` block)."""
-        if ok and self.key is not None:
+        if ok and (self.key is not None or self.topo_key is not None):
             try:
                 net.end_run()
             except Exception as exc:
                 net.cleanup_errors.append(f"could not be made ready for another run: {exc}")
             except BaseException:  # Ctrl-C or SIGTERM while cleaning between runs
-                self.key = None
+                self.key = self.topo_key = None
                 net.stop()
                 raise
             else:
                 self.net = net
                 self._write_kept(net)
                 return {"kept_for_next_run": True}
-        self.key = None
+        self.key = self.topo_key = None
         return self._stop(net, raise_errors=ok)
 
     def close(self) -> dict[str, Any]:
         """Stop the kept network, if any; its report (also in ``state_dir/TEARDOWN``)."""
-        net, self.net, self.key = self.net, None, None
+        net, self.net, self.key, self.topo_key = self.net, None, None, None
         if net is None:
             return {}
         report = self._stop(net, raise_errors=False)

@@ -23,7 +23,6 @@ import functools
 import importlib
 import math
 import os
-import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +30,7 @@ from typing import Any
 
 from testbed.commands import CommandRunner, in_parallel
 from testbed.errors import SpecError
+from testbed.hoststate import SYSCTL_PATTERN, parse_sysctl, sysctl_keys
 from testbed.results import DEFERRED, Bundle, atomic_write_text
 from testbed.spec import (
     BulkWorkload,
@@ -383,30 +383,6 @@ def host_facts() -> dict[str, Any]:
             "pydantic": _package_version("pydantic"), "debian_packages": debs,
         },
     }
-
-
-SYSCTL_PATTERN = r"^net\.(ipv4\.tcp_|mptcp\.|core\.(r|w)mem|ipv4\.conf\.all\.rp_filter)"
-# where those live under /proc/sys (reading only them: `sysctl -a` reads every sysctl,
-# about a second per host under software emulation)
-SYSCTL_GLOBS = ("net/ipv4/tcp_*", "net/mptcp/*", "net/core/rmem_*", "net/core/wmem_*",
-                "net/ipv4/conf/all/rp_filter")
-
-
-def parse_sysctl(text: str) -> dict[str, str]:
-    """``key = value`` lines (``sysctl -a`` output) -> dict."""
-    out = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition(" = ")
-        if sep:
-            out[key.strip()] = value.strip()
-    return out
-
-
-def sysctl_keys(root: Path = Path("/proc/sys")) -> list[str]:
-    """The names of the sysctls `SYSCTL_PATTERN` selects, found without reading them (the
-    same names exist in every network namespace; one missing in a host is skipped)."""
-    keys = {".".join(p.relative_to(root).parts) for g in SYSCTL_GLOBS for p in root.glob(g)}
-    return sorted(k for k in keys if re.match(SYSCTL_PATTERN, k))
 
 
 def node_dumps(runner: CommandRunner, net: Any, hosts: list[str], logs: Path,

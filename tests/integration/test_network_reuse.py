@@ -8,6 +8,10 @@
    runs 2-4 say so in their metadata, every run completes with its flow finished, each
    transcript has its own controller start and cache flushes, the final stop reports no
    error, and nothing of the network is left when the command exits.
+3. On a two-path network with a host baseline: a real MPTCP configuration (endpoints,
+   limits, routes, a receive buffer, another congestion control) is put back by
+   `end_run`, and ``testbed run`` of an MPTCP / TCP / MPTCP sweep builds one network whose
+   MPTCP runs both open their subflows.
 
     testbed vm -- .venv/bin/pytest -m integration -s tests/integration/test_network_reuse.py
 """
@@ -151,3 +155,75 @@ def test_a_sweep_builds_one_network_for_all_its_runs(tmp_path):
     assert not set(bridges) & set(SWITCHES)
     links = set(parse_link_names(runner.run(["ip", "-o", "link", "show"]).stdout))
     assert not any(name.startswith(SWITCHES) for name in links)
+
+
+def test_end_run_puts_back_what_an_mptcp_run_configured(make_network, runner):
+    from testbed.hoststate import differences, read_state
+    from testbed.mptcp import configure_host, host_interfaces
+    from testbed.spec import Transport
+    from topologies.multipath import MultiHomedTopo, PathSpec
+
+    shape = LinkShape(bw_bps=10_000_000, delay_s=0.005)
+    topo = MultiHomedTopo(paths=[PathSpec("wifi", shape), PathSpec("cell", shape)])
+    net = make_network(topo, baseline_hosts=True)
+    client = net.host("client")
+    base = net.host_baseline["client"]
+    configure_host(runner, client, Transport(protocol="mptcp", cc="reno", rmem="64KiB"),
+                   host_interfaces(client), role="client")
+    keys = net._baseline_keys
+    changed = differences(base, read_state(runner, client, keys))
+    assert any("MPTCP endpoints" in d for d in changed), changed
+    assert any("tcp_congestion_control" in d for d in changed), changed
+    net.end_run()
+    assert differences(base, read_state(runner, client, keys)) == []
+    net.begin_run(runner)
+
+
+MP_SPEC = """
+name = "mp-reuse"
+duration = "3s"
+[topology]
+kind = "multipath"
+paths = [{ name = "wifi", bw = "5Mbit", delay = "5ms" },
+         { name = "cell", bw = "5Mbit", delay = "20ms" }]
+[transport]
+protocol = "mptcp"
+cc = "cubic"
+[[workload]]
+name = "w"
+kind = "bulk"
+src = "client"
+dst = "server"
+[sweep]
+"workload.0" = [
+  { name = "mp", kind = "bulk", src = "client", dst = "server", protocol = "mptcp" },
+  { name = "tcp", kind = "bulk", src = "client", dst = "server", protocol = "tcp", via = "wifi" },
+  { name = "mpr", kind = "bulk", src = "client", dst = "server", protocol = "mptcp", cc = "reno" },
+]
+"""
+
+
+def test_an_mptcp_and_tcp_sweep_shares_one_multipath_network(tmp_path):
+    spec = tmp_path / "mp.toml"
+    spec.write_text(MP_SPEC)
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    res = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(spec), "--out",
+                          str(out), "--no-vm"], cwd=REPO, env=env, capture_output=True,
+                         text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    metas = sorted((json.loads(p.read_text()) for p in out.glob("*/metadata.json")),
+                   key=lambda m: m["t_started"])
+    assert [m["status"] for m in metas] == ["complete"] * 3
+    assert [m["network"]["reused"] for m in metas] == [False, True, True]
+    teardown = json.loads((out / "_network-teardown.json").read_text())
+    assert "errors" not in teardown, teardown
+    for m, proto in zip(metas, ("mptcp", "tcp", "mptcp"), strict=True):
+        assert m["flows"]["failed"] == 0, m["flows"]
+        client = m["transport"]["client"]
+        assert client["protocol"] == proto
+        if proto == "mptcp":  # its own subflow endpoint, configured again
+            assert client["endpoints"] and client["limits"], client
+        # every run left the client as the network found it (or it would not be kept)
+        assert m["network_cleanup"] == {"kept_for_next_run": True}
+    print(f"\nFIGURES multipath reuse set-up s: {[m['timing']['set-up'] for m in metas]}")

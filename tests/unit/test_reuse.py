@@ -12,7 +12,7 @@ import pytest
 from testbed import cleanup as cleanup_mod
 from testbed import network as network_mod
 from testbed.errors import RunError
-from testbed.reuse import KEPT, TEARDOWN, NetworkKeeper, reuse_key
+from testbed.reuse import KEPT, TEARDOWN, NetworkKeeper, reuse_key, topology_key
 from testbed.spec import validate_spec
 
 FATTREE = {
@@ -69,8 +69,9 @@ class FakeNetwork:
     made: ClassVar[list[FakeNetwork]] = []
 
     def __init__(self, topo: Any, runner: Any = None, controller: Any = None,
-                 workdir: Any = None):
+                 workdir: Any = None, baseline_hosts: bool = False):
         self.calls: list[str] = []
+        self.baseline_hosts = baseline_hosts
         self.runner, self.controller, self.workdir = runner, controller, workdir
         self.manifest = FakeManifest()
         self.cleanup_report: dict = {}
@@ -183,7 +184,7 @@ def test_a_network_a_killed_process_kept_is_removed_first(fake_net, tmp_path, mo
     assert "recovered_kept_network" not in info and len(seen) == 1
 
 
-def test_fresh_networks_and_mptcp_runs_are_never_kept(fake_net, tmp_path):
+def test_fresh_networks_and_mptcp_runs_on_big_networks_are_never_kept(fake_net, tmp_path):
     keeper = NetworkKeeper(keep=False)
     net, _ = keeper.acquire(spec(), None, "r1", "run1", None, tmp_path)
     keeper.release(net, ok=True)
@@ -191,5 +192,69 @@ def test_fresh_networks_and_mptcp_runs_are_never_kept(fake_net, tmp_path):
     keeper = NetworkKeeper()
     net, _ = keeper.acquire(spec(transport__protocol="mptcp"), None, "r1", "run1", None,
                             tmp_path)
+    keeper.release(net, ok=True)
+    assert net.calls == ["start", "stop via run1"]
+
+
+MULTIPATH = {
+    "name": "mp", "duration": "5s",
+    "topology": {"kind": "multipath", "paths": [{"name": "wifi", "bw": "4Mbit"},
+                                                 {"name": "cell", "bw": "4Mbit"}]},
+    "transport": {"protocol": "mptcp", "cc": "cubic"},
+    "workload": [{"kind": "bulk", "src": "client", "dst": "server"}],
+}
+
+
+class SmallTopo:
+    """What the keeper asks of a topology: its hosts."""
+
+    def __init__(self, n: int = 3):
+        self.n = n
+
+    def hosts(self) -> list[str]:
+        return [f"h{i}" for i in range(self.n)]
+
+
+def mp(**changes: Any) -> Any:
+    data = copy.deepcopy(MULTIPATH)
+    data.update(changes)
+    return validate_spec(data, "test")
+
+
+def test_topology_key_ignores_transport_but_not_schedules_or_foreign_sysctls():
+    base = topology_key(mp())
+    assert base is not None
+    assert topology_key(mp(transport={"protocol": "tcp", "cc": "reno",
+                                      "rmem": "64KiB"})) == base
+    assert topology_key(mp(transport={"protocol": "mptcp",
+                                      "sysctl": {"net.ipv4.tcp_sack": 0}})) == base
+    assert topology_key(mp(transport={"protocol": "mptcp",
+                                      "sysctl": {"net.core.default_qdisc": "fq"}})) is None
+    assert topology_key(mp(schedule=[{"at": "1s", "link": "wifi", "down": True}])) is None
+    assert topology_key(mp(topology={"kind": "multipath", "paths": [
+        {"name": "wifi", "bw": "4Mbit"}]})) != base
+
+
+def test_a_small_network_with_a_baseline_serves_runs_of_any_transport(fake_net, tmp_path):
+    keeper = NetworkKeeper()
+    net, info = keeper.acquire(mp(), SmallTopo(), "r1", "run1", None, tmp_path)
+    assert net.baseline_hosts is True and info["reused"] is False
+    assert keeper.release(net, ok=True) == {"kept_for_next_run": True}
+    tcp = mp(transport={"protocol": "tcp", "cc": "reno"},
+             workload=[{"kind": "bulk", "src": "client", "dst": "server", "via": "wifi"}])
+    net2, info = keeper.acquire(tcp, SmallTopo(), "r2", "run2", None, tmp_path)
+    assert net2 is net and info["reused"] is True
+    keeper.release(net2, ok=True)
+    sched = mp(schedule=[{"at": "1s", "link": "wifi", "down": True}])
+    net3, info = keeper.acquire(sched, SmallTopo(), "r3", "run3", None, tmp_path)
+    assert net3 is not net and info["reused"] is False and net3.baseline_hosts is False
+    assert net.calls == ["start", "end", "begin None", "end", "stop via run3"]
+    assert keeper.release(net3, ok=True) != {"kept_for_next_run": True}
+
+
+def test_without_a_baseline_an_mptcp_network_is_not_kept(fake_net, tmp_path):
+    keeper = NetworkKeeper()
+    net, _ = keeper.acquire(mp(), SmallTopo(16), "r1", "run1", None, tmp_path)
+    assert net.baseline_hosts is False
     keeper.release(net, ok=True)
     assert net.calls == ["start", "stop via run1"]

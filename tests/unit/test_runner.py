@@ -23,7 +23,6 @@ from testbed.runner import (
     plan_flows,
     resolve_addresses,
     schedule_events,
-    sysctl_keys,
     topo_hosts,
     transport_settings,
 )
@@ -234,19 +233,6 @@ def test_mptcp_roles_follow_who_opens_the_connections():
     assert mptcp_roles(p.spec, flows, ["client", "server"])["client"] == "client"
     pf = plan(FAT)
     assert set(mptcp_roles(pf.spec, [], ["S0", "S1"]).values()) == {"client"}
-
-
-def test_sysctl_keys_are_found_without_reading_every_sysctl(tmp_path):
-    for rel in ("net/ipv4/tcp_rmem", "net/ipv4/tcp_congestion_control", "net/mptcp/enabled",
-                "net/core/rmem_max", "net/core/wmem_default", "net/core/somaxconn",
-                "net/ipv4/conf/all/rp_filter", "net/ipv4/conf/eth0/rp_filter",
-                "net/ipv4/ip_forward", "kernel/hostname"):
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text("1\n")
-    assert sysctl_keys(tmp_path) == [
-        "net.core.rmem_max", "net.core.wmem_default", "net.ipv4.conf.all.rp_filter",
-        "net.ipv4.tcp_congestion_control", "net.ipv4.tcp_rmem", "net.mptcp.enabled"]
-    assert sysctl_keys(tmp_path / "none") == []
 
 
 def test_in_parallel_keeps_the_order_and_raises_the_first_error():

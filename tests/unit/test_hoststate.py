@@ -1,0 +1,108 @@
+"""testbed.hoststate: a host's transport state read, compared and put back (pure parts)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+from testbed.hoststate import (
+    HostState,
+    differences,
+    parse_state,
+    restore_commands,
+    state_argv,
+    sysctl_keys,
+)
+
+# what `state_argv` printed in a multipath client (sections as the VM's tools print them)
+TEXT = """net.ipv4.tcp_congestion_control = cubic
+net.ipv4.tcp_rmem = 4096\t131072\t6291456
+net.mptcp.enabled = 1
+@@testbed-hoststate limits
+add_addr_accepted 0 subflows 2\t
+@@testbed-hoststate endpoints
+@@testbed-hoststate rules
+0:\tfrom all lookup local
+101:\tfrom 10.0.1.1 lookup 101
+32766:\tfrom all lookup main
+@@testbed-hoststate routes
+default via 10.0.1.254 dev client-eth0 table 101
+10.0.1.0/24 dev client-eth0 proto kernel scope link src 10.0.1.1
+"""
+
+
+def test_parse_state_splits_the_sections():
+    st = parse_state(TEXT)
+    assert st.sysctls == {"net.ipv4.tcp_congestion_control": "cubic",
+                          "net.ipv4.tcp_rmem": "4096 131072 6291456",
+                          "net.mptcp.enabled": "1"}
+    assert st.limits == {"add_addr_accepted": "0", "subflows": "2"}
+    assert st.endpoints == []
+    assert st.rules[1] == "101: from 10.0.1.1 lookup 101" and len(st.rules) == 3
+    assert st.routes[0] == "default via 10.0.1.254 dev client-eth0 table 101"
+
+
+def test_state_argv_passes_keys_as_arguments_and_runs_in_a_shell():
+    argv = state_argv(["net.mptcp.enabled", "net.ipv4.tcp_rmem"])
+    assert argv[:2] == ["sh", "-c"] and argv[-2:] == ["net.mptcp.enabled",
+                                                       "net.ipv4.tcp_rmem"]
+    assert "net.mptcp" not in argv[2]  # never spliced into the script
+    # the script runs: sections come out in order even where ip(8) lacks mptcp
+    out = subprocess.run([*argv[:3], "x"], capture_output=True, text=True,
+                         env={"PATH": os.environ.get("PATH", "") + ":/usr/sbin:/sbin"})
+    marks = [ln for ln in out.stdout.splitlines() if ln.startswith("@@testbed-hoststate")]
+    assert [m.split()[1] for m in marks] == ["limits", "endpoints", "rules", "routes"]
+
+
+def test_a_run_that_changed_nothing_needs_nothing():
+    base = parse_state(TEXT)
+    assert restore_commands(base, parse_state(TEXT)) == []
+    assert differences(base, parse_state(TEXT)) == []
+
+
+def test_what_an_mptcp_run_left_is_undone():
+    base = parse_state(TEXT)
+    now = parse_state(TEXT.replace("= cubic", "= reno")
+                      .replace("4096\t131072\t6291456", "4096 65536 65536")
+                      .replace("subflows 2", "subflows 8")
+                      .replace("@@testbed-hoststate rules",
+                               "10.0.2.1 id 1 subflow dev client-eth1\n"
+                               "@@testbed-hoststate rules")
+                      .replace("32766:", "102:\tfrom 10.0.2.1 lookup 102\n32766:")
+                      + "10.0.2.0/24 dev client-eth1 table 102 scope link\n")
+    assert restore_commands(base, now) == [
+        ["sysctl", "-q", "-w", "net.ipv4.tcp_congestion_control=cubic",
+         "net.ipv4.tcp_rmem=4096 131072 6291456"],
+        ["ip", "mptcp", "endpoint", "flush"],
+        ["ip", "mptcp", "limits", "set", "add_addr_accepted", "0", "subflows", "2"],
+        ["ip", "rule", "del", "pref", "102"],
+        ["ip", "route", "del", "10.0.2.0/24", "dev", "client-eth1", "table", "102",
+         "scope", "link"]]
+    diff = differences(base, now)
+    assert len(diff) == 6 and any("MPTCP endpoints" in d for d in diff)
+
+
+def test_what_a_run_removed_is_reported_not_recreated():
+    base = parse_state(TEXT)
+    now = parse_state(TEXT.replace("101:\tfrom 10.0.1.1 lookup 101\n", ""))
+    assert restore_commands(base, now) == []
+    assert differences(base, now) == ["rule gone: 101: from 10.0.1.1 lookup 101"]
+    assert differences(HostState(), HostState()) == []
+
+
+def test_sysctl_keys_are_found_without_reading_every_sysctl(tmp_path):
+    for rel in ("net/ipv4/tcp_rmem", "net/ipv4/tcp_congestion_control", "net/mptcp/enabled",
+                "net/core/rmem_max", "net/core/wmem_default", "net/core/somaxconn",
+                "net/ipv4/conf/all/rp_filter", "net/ipv4/conf/eth0/rp_filter",
+                "net/ipv4/ip_forward", "kernel/hostname",
+                "net/ipv4/tcp_available_congestion_control"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("1\n")
+    (tmp_path / "net/ipv4/tcp_available_congestion_control").chmod(0o444)
+    assert sysctl_keys(tmp_path) == [
+        "net.core.rmem_max", "net.core.wmem_default", "net.ipv4.conf.all.rp_filter",
+        "net.ipv4.tcp_available_congestion_control", "net.ipv4.tcp_congestion_control",
+        "net.ipv4.tcp_rmem", "net.mptcp.enabled"]
+    assert "net.ipv4.tcp_available_congestion_control" not in sysctl_keys(tmp_path,
+                                                                         writable=True)
+    assert sysctl_keys(tmp_path / "none") == []
