@@ -42,9 +42,16 @@ READY_TIMEOUT_S = 180.0  # Python starts slowly in an emulated (TCG) VM
 STOP_TIMEOUT_S = 15.0
 
 
+# The flow tool needs only the standard library and this package (on PYTHONPATH, see
+# `FlowRun`): -S skips the site module and the venv's .pth files, -c skips runpy.  That
+# is a fifth of its start-up CPU, which counts where a fat-tree run starts ~30 of them at
+# once on two software-emulated CPUs (40 s until all were ready).
+FLOWTOOL_MAIN = "from testbed.traffic.flowtool import main; raise SystemExit(main())"
+
+
 def flowtool_argv(*args: str, python: str | None = None) -> list[str]:
-    """``python -m testbed.traffic.flowtool ARGS`` as argv."""
-    return [python or sys.executable, "-m", "testbed.traffic.flowtool", *args]
+    """The flow tool with ARGS as argv (``python -S -c <run flowtool's main> ARGS``)."""
+    return [python or sys.executable, "-S", "-c", FLOWTOOL_MAIN, *args]
 
 
 def server_argv(port: int, protocol: str, log: Path, python: str | None = None) -> list[str]:

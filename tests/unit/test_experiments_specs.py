@@ -23,7 +23,7 @@ if str(REPO) not in sys.path:  # running as a script
     sys.path.insert(0, str(REPO))
 
 from testbed.compat import tomllib  # noqa: E402
-from testbed.reuse import reuse_key  # noqa: E402
+from testbed.reuse import reuse_key, topology_key  # noqa: E402
 from testbed.runner import dry_run_commands  # noqa: E402
 from testbed.spec import FatTreeTopology, MultipathTopology  # noqa: E402
 from testbed.sweep import RunPlan, plan_runs  # noqa: E402
@@ -93,11 +93,15 @@ def quick_estimate(study: str) -> tuple[int, float]:
     """(runs, estimated seconds) of all of a study's quick specs, in the order
     ``testbed study`` runs them (a run may get the previous run's network)."""
     plans = [p for f in spec_files(study, "quick") for p in plans_of(f)]
-    total, prev = 0.0, None
+    total, prev, prev_topo = 0.0, None, None
     for p in plans:
         key = reuse_key(p.spec)
-        total += run_seconds(p, reused=key is not None and key == prev)
-        prev = key
+        # a multi-path network has a host baseline: any transport may follow on it
+        multipath = isinstance(p.spec.topology, MultipathTopology)
+        tkey = topology_key(p.spec) if multipath else None
+        reused = (key is not None and key == prev) or (tkey is not None and tkey == prev_topo)
+        total += run_seconds(p, reused=reused)
+        prev, prev_topo = key, tkey
     return len(plans), total
 
 

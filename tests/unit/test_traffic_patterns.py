@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -10,6 +12,7 @@ import pytest
 from testbed.errors import InputError
 from testbed.traffic import patterns
 from testbed.traffic.flows import (
+    FLOWTOOL_MAIN,
     assign_ports,
     client_argv,
     merge_records,
@@ -99,12 +102,17 @@ def test_resolve_and_ports() -> None:
 def test_argv_builders() -> None:
     py = sys.executable
     assert server_argv(5001, "mptcp", Path("l.jsonl")) == \
-        [py, "-m", "testbed.traffic.flowtool", "server", "--port", "5001", "--protocol",
+        [py, "-S", "-c", FLOWTOOL_MAIN, "server", "--port", "5001", "--protocol",
          "mptcp", "--log", "l.jsonl"]
-    assert server_argv(5002, "udp", Path("s.jsonl"))[3:] == \
+    assert server_argv(5002, "udp", Path("s.jsonl"))[4:] == \
         ["sink", "--port", "5002", "--log", "s.jsonl"]
-    assert client_argv(Path("f.json"), Path("o.jsonl"), Path("go"))[3:] == \
+    assert client_argv(Path("f.json"), Path("o.jsonl"), Path("go"))[4:] == \
         ["client", "--flows", "f.json", "--go-file", "go", "--out", "o.jsonl"]
+    # it runs without site-packages, with this checkout on PYTHONPATH (as FlowRun does)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    res = subprocess.run([*server_argv(1, "tcp", Path("x"))[:4], "client", "--help"],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and "--go-file" in res.stdout, res.stderr
 
 
 def test_merge_gives_every_flow_a_record() -> None:
