@@ -186,7 +186,7 @@ def test_dry_run_records_the_commands_without_running_them(tmp_path):
         in text
     assert "ip mptcp endpoint add 10.0.2.1 dev client-eth1 signal" in text  # a download
     assert f"-w {tmp_path / p.run_id}/pcap/client-client-eth1.pcap" in text
-    assert "flowtool server --port 5001 --protocol tcp" in text
+    assert "raise SystemExit(main())' server --port 5001 --protocol tcp" in text
     assert "ping -D -O -n -i 0.1 -s 56 -W 1 -c 20 -I 10.0.2.1 10.0.100.1" in text
     assert "ip link set dev s1-eth1 down" in text
 
@@ -195,7 +195,7 @@ def test_dry_run_fattree(tmp_path):
     p = plan(FAT)
     text = dry_run_commands(p, tmp_path).transcript.as_shell()
     assert text.count("tcpdump -i") == 16
-    assert "flowtool client" in text
+    assert "raise SystemExit(main())' client" in text
     assert "-m controllers ecmp --port 6653" in text and "nft -f -" not in text
     spray = copy.deepcopy(FAT)
     spray["controller"] = {"kind": "spray"}
