@@ -31,17 +31,27 @@ RECORD = ROOT / "results" / "ci-reproduction"
 # long (all five quick studies); runs on this machine and boots the VM itself if needed
 pytestmark = [pytest.mark.integration, pytest.mark.reproduction]
 
-# study folder -> claim texts (prefixes) that must hold on the quick variant
-REQUIRED = {
-    "p0_wifi_3g": ["MPTCP over WiFi + 3G beats the best single path"],
-    "p1_fattree_spray": ["spraying's short-flow FCT is not worse",
-                         "spraying delivers some short-flow packets out of order"],
-    "p2_three_paths": ["10 % loss per direction shows as ping loss"],
-    "p3_handover": ["right after a 20 Mbit/s -> 384 kbit/s handover TCP stays well below"],
-    "p4_rbuf_blocking": ["a 64 KiB receive buffer lowers the aggregate"],
+# study folder -> (figure, claim text prefix) that must hold on the quick variant; the
+# figure ("" = any) tells apart the same claim made for two scenarios
+REQUIRED: dict[str, list[tuple[str, str]]] = {
+    "p0_wifi_3g": [("", "MPTCP over WiFi + 3G beats the best single path")],
+    "p1_fattree_spray": [("static", "spraying's short-flow FCT is not worse"),
+                         ("", "spraying delivers some short-flow packets out of order")],
+    "p2_three_paths": [("", "10 % loss per direction shows as ping loss")],
+    "p3_handover": [],
+    "p4_rbuf_blocking": [("", "a 64 KiB receive buffer lowers the aggregate")],
 }
-# claims our testbed does not show (measured values recorded; README explains why)
-DOCUMENTED: dict[str, list[str]] = {study: [] for study in REQUIRED}
+# claims our testbed does not show reliably: evaluated, their values recorded, not
+# asserted; the study README says so ("does not reproduce") and why
+DOCUMENTED: dict[str, list[tuple[str, str]]] = {
+    "p0_wifi_3g": [], "p2_three_paths": [], "p4_rbuf_blocking": [],
+    # one run of 22 random flows: spray 3 % faster in one run, 2.2x slower in another
+    "p1_fattree_spray": [("random", "spraying's short-flow FCT is not worse")],
+    # Linux recovers far faster than ns-2 NewReno, and the sender-side series overstates
+    # delivery right after the drop: 72 % and 82 % of the ideal in two runs (line: 80 %)
+    "p3_handover": [("case1_wlan_to_imt",
+                     "right after a 20 Mbit/s -> 384 kbit/s handover TCP stays well below")],
+}
 
 
 @pytest.fixture(scope="module")
@@ -80,8 +90,8 @@ def _statuses(study_out: Path) -> dict[str, str]:
     return out
 
 
-def _matches(text: str, prefixes: list[str]) -> bool:
-    return any(text.startswith(p) for p in prefixes)
+def _matches(figure: str, text: str, wanted: list[tuple[str, str]]) -> bool:
+    return any(figure.startswith(f) and text.startswith(p) for f, p in wanted)
 
 
 @pytest.mark.parametrize("study", sorted(REQUIRED))
@@ -102,13 +112,14 @@ def test_quick_study(study: str, studies_out: Path) -> None:
     assert statuses and not failed, f"runs not complete: {failed}"
     for spec in specs:
         assert (out / spec / "report.html").exists(), f"no report for {spec}"
-    texts = [c.text for c in res.claims]
-    for prefix in REQUIRED[study]:
-        assert any(t.startswith(prefix) for t in texts), f"claim not evaluated: {prefix}"
+    for fig, prefix in REQUIRED[study] + DOCUMENTED[study]:
+        assert any(_matches(c.figure, c.text, [(fig, prefix)]) for c in res.claims), \
+            f"claim not evaluated: {fig} {prefix}"
     readme = (folder / "README.md").read_text()
     for c in res.claims:
-        if _matches(c.text, DOCUMENTED[study]):
+        if _matches(c.figure, c.text, DOCUMENTED[study]):
             assert "not show" in readme or "does not reproduce" in readme, c.text
+            print(f"\nDOCUMENTED {study} {c.figure}: {c.text}: holds={c.holds} {c.measured}")
             continue
-        if _matches(c.text, REQUIRED[study]):
+        if _matches(c.figure, c.text, REQUIRED[study]):
             assert c.holds, f"{c.figure}: {c.text}: {c.measured}"
