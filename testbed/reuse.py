@@ -14,15 +14,16 @@ bridges forget learned MACs.  What stays: hosts, links, qdiscs, bridges, and the
 of qdiscs and ports (the ``tc -s`` dumps in a bundle count from the network's start;
 ``metadata.json`` says so under ``network``).
 
-Reuse is offered only for runs it should not change, and never across a link schedule:
+Reuse is offered only for runs it should not change:
 
-* the same topology and transport sections and TCP only (every sysctl a run writes is
-  written again with the same value) -- the fat-tree's runs;
+* the same topology and transport sections, TCP only and no link schedule (every sysctl
+  a run writes is written again with the same value) -- the fat-tree's runs;
 * or the same topology on a small network (at most `BASELINE_MAX_HOSTS` hosts, the
   multi-path ones) that took a baseline of every host's transport state when it was
   built (`testbed.hoststate`): between runs the sysctls, MPTCP endpoints and limits, and
   the rules and routes a run added are put back and checked, so runs with another
-  congestion control, buffer, MPTCP or TCP follow on a network as good as new.  A host
+  congestion control, buffer, MPTCP or TCP, or a link schedule, follow on a network as
+  good as new (`Network.begin_run` restores every link's shape and state).  A host
   that cannot be put back stops the network instead.  A spec whose
   ``transport.sysctl`` sets keys outside that baseline gets a network of its own.
 
@@ -48,10 +49,12 @@ BASELINE_MAX_HOSTS = 4  # a baseline costs two reads per host per run (a few sec
 
 def topology_key(exp: Any) -> str | None:
     """The text two runs share when a network with a host baseline may serve both (same
-    topology, no link schedule, no extra sysctl outside the baseline); else None."""
+    topology, no extra sysctl outside the baseline); else None.  A link schedule is no
+    obstacle here: `Network.begin_run` gives every link its configured shape and state
+    back, and the baseline check would catch a host route a link change took away."""
     from testbed.hoststate import SYSCTL_PATTERN
 
-    if exp.schedule or any(not re.match(SYSCTL_PATTERN, k) for k in exp.transport.sysctl):
+    if any(not re.match(SYSCTL_PATTERN, k) for k in exp.transport.sysctl):
         return None
     data = exp.model_dump(mode="json", include={"topology"})
     return json.dumps(data, sort_keys=True, separators=(",", ":"))

@@ -10,8 +10,9 @@
    error, and nothing of the network is left when the command exits.
 3. On a two-path network with a host baseline: a real MPTCP configuration (endpoints,
    limits, routes, a receive buffer, another congestion control) is put back by
-   `end_run`, and ``testbed run`` of an MPTCP / TCP / MPTCP sweep builds one network whose
-   MPTCP runs both open their subflows.
+   `end_run`, and ``testbed run`` of an MPTCP / TCP / MPTCP sweep with a link schedule
+   builds one network: the MPTCP runs configure their subflows again, and each run starts
+   with the link its predecessor's schedule slowed back at its configured rate.
 
     testbed vm -- .venv/bin/pytest -m integration -s tests/integration/test_network_reuse.py
 """
@@ -186,6 +187,10 @@ duration = "3s"
 kind = "multipath"
 paths = [{ name = "wifi", bw = "5Mbit", delay = "5ms" },
          { name = "cell", bw = "5Mbit", delay = "20ms" }]
+[[schedule]]
+at = "1s"
+link = "cell"
+bw = "2Mbit"
 [transport]
 protocol = "mptcp"
 cc = "cubic"
@@ -226,4 +231,8 @@ def test_an_mptcp_and_tcp_sweep_shares_one_multipath_network(tmp_path):
             assert client["endpoints"] and client["limits"], client
         # every run left the client as the network found it (or it would not be kept)
         assert m["network_cleanup"] == {"kept_for_next_run": True}
+        # the previous run's schedule slowed "cell" to 2 Mbit/s; each run starts at 5 again
+        assert m["links"]["cell"]["shape"]["bw_bps"] == 5_000_000, m["links"]["cell"]
+        events = (out / m["run_id"] / "samples" / "events.jsonl").read_text()
+        assert "cell" in events  # and its own schedule ran
     print(f"\nFIGURES multipath reuse set-up s: {[m['timing']['set-up'] for m in metas]}")

@@ -221,7 +221,7 @@ def mp(**changes: Any) -> Any:
     return validate_spec(data, "test")
 
 
-def test_topology_key_ignores_transport_but_not_schedules_or_foreign_sysctls():
+def test_topology_key_ignores_transport_and_schedules_but_not_foreign_sysctls():
     base = topology_key(mp())
     assert base is not None
     assert topology_key(mp(transport={"protocol": "tcp", "cc": "reno",
@@ -230,7 +230,7 @@ def test_topology_key_ignores_transport_but_not_schedules_or_foreign_sysctls():
                                       "sysctl": {"net.ipv4.tcp_sack": 0}})) == base
     assert topology_key(mp(transport={"protocol": "mptcp",
                                       "sysctl": {"net.core.default_qdisc": "fq"}})) is None
-    assert topology_key(mp(schedule=[{"at": "1s", "link": "wifi", "down": True}])) is None
+    assert topology_key(mp(schedule=[{"at": "1s", "link": "wifi", "down": True}])) == base
     assert topology_key(mp(topology={"kind": "multipath", "paths": [
         {"name": "wifi", "bw": "4Mbit"}]})) != base
 
@@ -247,9 +247,14 @@ def test_a_small_network_with_a_baseline_serves_runs_of_any_transport(fake_net, 
     keeper.release(net2, ok=True)
     sched = mp(schedule=[{"at": "1s", "link": "wifi", "down": True}])
     net3, info = keeper.acquire(sched, SmallTopo(), "r3", "run3", None, tmp_path)
-    assert net3 is not net and info["reused"] is False and net3.baseline_hosts is False
-    assert net.calls == ["start", "end", "begin None", "end", "stop via run3"]
-    assert keeper.release(net3, ok=True) != {"kept_for_next_run": True}
+    assert net3 is net and info["reused"] is True  # begin_run restores the links
+    keeper.release(net3, ok=True)
+    foreign = mp(transport={"protocol": "mptcp", "sysctl": {"net.core.default_qdisc": "fq"}})
+    net4, info = keeper.acquire(foreign, SmallTopo(), "r4", "run4", None, tmp_path)
+    assert net4 is not net and info["reused"] is False and net4.baseline_hosts is False
+    assert net.calls == ["start", "end", "begin None", "end", "begin None", "end",
+                         "stop via run4"]
+    assert keeper.release(net4, ok=True) != {"kept_for_next_run": True}
 
 
 def test_without_a_baseline_an_mptcp_network_is_not_kept(fake_net, tmp_path):
