@@ -122,17 +122,23 @@ enabled = false
 """
 
 
-def test_a_sweep_builds_one_network_for_all_its_runs(tmp_path):
-    spec = tmp_path / "reuse.toml"
-    spec.write_text(SPEC)
+def run_sweep_cli(spec_text: str, tmp_path: Path, timeout: float) -> tuple[Path, list]:
+    """``testbed run`` of a spec as a user would; (output folder, metadata in run order)."""
+    spec = tmp_path / "spec.toml"
+    spec.write_text(spec_text)
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
     res = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(spec), "--out",
                           str(out), "--no-vm"], cwd=REPO, env=env, capture_output=True,
-                         text=True, timeout=1200)
+                         text=True, timeout=timeout)
     assert res.returncode == 0, res.stderr[-3000:]
     metas = sorted((json.loads(p.read_text()) for p in out.glob("*/metadata.json")),
                    key=lambda m: m["t_started"])
+    return out, metas
+
+
+def test_a_sweep_builds_one_network_for_all_its_runs(tmp_path):
+    out, metas = run_sweep_cli(SPEC, tmp_path, timeout=1200)
     assert [m["status"] for m in metas] == ["complete"] * 4
     first = metas[0]["run_id"]
     assert [m["network"]["reused"] for m in metas] == [False, True, True, True]
@@ -209,16 +215,7 @@ dst = "server"
 
 
 def test_an_mptcp_and_tcp_sweep_shares_one_multipath_network(tmp_path):
-    spec = tmp_path / "mp.toml"
-    spec.write_text(MP_SPEC)
-    out = tmp_path / "out"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-    res = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(spec), "--out",
-                          str(out), "--no-vm"], cwd=REPO, env=env, capture_output=True,
-                         text=True, timeout=900)
-    assert res.returncode == 0, res.stderr[-3000:]
-    metas = sorted((json.loads(p.read_text()) for p in out.glob("*/metadata.json")),
-                   key=lambda m: m["t_started"])
+    out, metas = run_sweep_cli(MP_SPEC, tmp_path, timeout=900)
     assert [m["status"] for m in metas] == ["complete"] * 3
     assert [m["network"]["reused"] for m in metas] == [False, True, True]
     teardown = json.loads((out / "_network-teardown.json").read_text())
