@@ -184,12 +184,16 @@ def test_two_subflows_over_one_interface_pair(net: Network, tmp_path: Path) -> N
     try:
         fr.start()
         ss = ""
-        deadline = time.time() + 20  # the flow starts late in a slow VM: poll for it
+        # the flow starts late in a slow VM: poll until one connection has four subflows
+        # that have each carried data (a snapshot taken the moment the fourth subflow is
+        # established shows it with nothing acked yet)
+        deadline = time.time() + 20
         while time.time() < deadline:
             ss = runner.run(["ss", "-tinM"], host=client, record=False).stdout
-            tokens = Counter(e["mptcp_token"] for e in parse_ss(ss)
-                             if e["netid"] == "tcp" and e["mptcp_token"])
-            if tokens and max(tokens.values()) >= 4:
+            busy = Counter(e["mptcp_token"] for e in parse_ss(ss)
+                           if e["netid"] == "tcp" and e["mptcp_token"]
+                           and (e["bytes_acked"] or 0) > 10_000)
+            if busy and max(busy.values()) >= 4:
                 break
             time.sleep(0.2)
         assert fr.wait(timeout=30)
