@@ -97,11 +97,15 @@ def parse_state(text: str) -> HostState:
         if line.strip():
             parts.setdefault(current, []).append(" ".join(line.split()))
     limit_words = " ".join(parts.get("limits", [])).split()
+    # "linkdown" says the interface has no carrier (a schedule took its link down):
+    # link state, which `Network.begin_run` restores, not a route the run added
+    routes = [" ".join(w for w in r.split() if w != "linkdown")
+              for r in parts.get("routes", [])]
     return HostState(
         sysctls=parse_sysctl("\n".join(parts["sysctls"])),
         limits=dict(zip(limit_words[::2], limit_words[1::2], strict=False)),
         endpoints=parts.get("endpoints", []), rules=parts.get("rules", []),
-        routes=parts.get("routes", []))
+        routes=routes)
 
 
 def restore_commands(base: HostState, now: HostState) -> list[list[str]]:

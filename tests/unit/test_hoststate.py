@@ -106,3 +106,14 @@ def test_sysctl_keys_are_found_without_reading_every_sysctl(tmp_path):
     assert "net.ipv4.tcp_available_congestion_control" not in sysctl_keys(tmp_path,
                                                                          writable=True)
     assert sysctl_keys(tmp_path / "none") == []
+
+
+def test_a_link_a_schedule_left_down_is_not_a_route_difference():
+    """Routes over an interface without carrier are listed with "linkdown"; the link's
+    state is put back by begin_run, so the host state is the same (P0's outage run)."""
+    base = parse_state(TEXT)
+    down = parse_state(TEXT.replace("dev client-eth0 table 101",
+                                    "dev client-eth0 table 101 linkdown")
+                       .replace("src 10.0.1.1\n", "src 10.0.1.1 linkdown\n"))
+    assert down.routes == base.routes
+    assert restore_commands(base, down) == [] and differences(base, down) == []
