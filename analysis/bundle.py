@@ -5,6 +5,8 @@ Which capture answers what, when a flow was captured at several interfaces (from
 
 * bytes, FCT, throughput, retransmissions, RTT: the capture at the data *sender*;
 * reordering (TCP and MPTCP data level): the capture(s) at the data *receiver*;
+* bytes delivered in order over time (timeseries kind ``delivered``, top-level TCP flows):
+  the data receiver's ACKs, at the capture at the receiver;
 * without an interfaces map, the capture holding most of the flow's packets.
 
 Everything is read and computed before anything is written; each file is written through
@@ -192,6 +194,7 @@ def _timeseries(caps: list[CaptureAnalysis], base: pd.DataFrame, meta: dict, t0:
                 bin_s: float) -> pd.DataFrame:
     parts = []
     chosen = dict(zip(base["flow_id"], base["capture"], strict=True))
+    receiver = dict(zip(base["flow_id"], base["capture_receiver"], strict=True))
     parent = dict(zip(base["flow_id"], base["parent"], strict=True))
     path_of = {stem: info.get("path") for stem, info in capture_interfaces(meta).items()}
     seen_paths: set[str] = set()
@@ -209,6 +212,13 @@ def _timeseries(caps: list[CaptureAnalysis], base: pd.DataFrame, meta: dict, t0:
                 parts.append(M.throughput_series(ts[rows[s]], payload[s], ids[s], bin_s, t0,
                                                  good[rows[s]])
                              .assign(kind=kind, capture=c.name))
+        # top-level TCP flows: bytes delivered in order, from the receiver's ACKs
+        rrows, rflow, rbytes = c.delivered_bytes_per_packet()
+        rids = c.flow_rows["flow_id"].to_numpy()[rflow]
+        at_rx = np.array([receiver.get(i) == c.name and not parent.get(i) for i in rids], bool)
+        if at_rx.any():
+            parts.append(M.throughput_series(ts[rrows[at_rx]], rbytes[at_rx], rids[at_rx],
+                                             bin_s, t0).assign(kind="delivered", capture=c.name))
         par = np.array([parent.get(i, "") for i in ids], object)
         s = par != ""
         if s.any():

@@ -68,6 +68,11 @@ class CaptureAnalysis:
         sel = sel[self.flows.pkt_dir[sel] == ddir[f[sel]]]
         return sel, f[sel], c["payload"][sel].astype(np.int64)
 
+    def delivered_bytes_per_packet(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(row, flow, bytes) of the data receivers' ACKs: bytes newly acknowledged."""
+        ddir = self.flow_rows["data_dir"].to_numpy().astype(np.int64)
+        return M.delivered_bytes(self.segments, ddir)
+
     def goodput_bytes(self) -> np.ndarray:
         """Payload per packet row, 0 for retransmitted TCP segments."""
         good = self.table.cols["payload"].astype(np.int64)

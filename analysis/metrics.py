@@ -18,6 +18,10 @@ Definitions (all at the capture point of the table):
   is a reinjection or retransmission.
 * FCT: first SYN (or first packet) to the first ACK covering the last data byte.
 * RTT samples: a new, never-retransmitted segment to the first ACK covering it (Karn).
+* Delivered bytes: how far each ACK from the data receiver moves the cumulative
+  acknowledgement beyond every earlier one -- the bytes handed to the application in
+  order.  Unlike goodput counted from the sender's data segments, it leaves out data the
+  sender transmitted that a queue then dropped.
 """
 
 from __future__ import annotations
@@ -153,6 +157,35 @@ def segments(tbl: T.PacketTable, fl: Flows) -> pd.DataFrame:
             flags=df.loc[ctl, "flags"] & (T.SYN | T.FIN))
         df.loc[ctl, "retrans"] = sub.duplicated().to_numpy()
     return df
+
+
+def delivered_bytes(seg: pd.DataFrame, ddir: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(row, flow, bytes) per ACK from a flow's data receiver: the bytes it newly acknowledges.
+
+    seg: `segments` (packets grouped by flow and direction, capture order inside); ddir:
+    data direction per flow.  bytes is the advance of the cumulative acknowledgement beyond
+    every earlier ACK of the flow (0 for the first one seen, for duplicates and for ACKs
+    that go backwards), capped at the highest data byte seen so the FIN does not count.
+    """
+    f = seg["flow"].to_numpy()
+    if not len(f):
+        e = np.zeros(0, np.int64)
+        return e, e, e
+    data = seg["payload"].to_numpy() > 0
+    fwd = seg["dir"].to_numpy() == ddir[f]
+    top = np.full(len(ddir), -(1 << 62), np.int64)
+    np.maximum.at(top, f[fwd & data], seg["end"].to_numpy(np.int64)[fwd & data])
+    acks = np.flatnonzero(~fwd & ((seg["flags"].to_numpy() & T.ACK) != 0) & (top[f] > 0))
+    if not len(acks):
+        e = np.zeros(0, np.int64)
+        return e, e, e
+    fa = f[acks]
+    ack = np.minimum(seg["ack"].to_numpy(np.int64)[acks], top[fa])
+    st = _starts(fa)
+    before = _running_max_excl(ack, st, int(ack.min()) - 1)
+    new = np.where(st, 0, np.maximum(ack - before, 0))
+    return seg["row"].to_numpy()[acks], fa, new
 
 
 def data_direction(seg: pd.DataFrame, nflows: int) -> np.ndarray:

@@ -3,7 +3,9 @@
 Some hosts (containers, CI sandboxes, minimal cloud kernels) lack ``sch_netem`` or the
 ``openvswitch`` module.  virtme-ng (``vng``) boots the installed stock kernel over the
 host's own filesystem, so the VM sees the checkout, the venv and every installed tool.
-The checkout stays writable (``--rw``); ``/tmp`` inside the VM is a private overlay.
+The checkout stays writable (``--rw``); ``/tmp`` inside the VM is a private overlay, so
+a working directory under ``/tmp`` is shared into the guest once more, writable
+(`writable_trees`), or whatever the command writes there would stay in the VM.
 
 KVM is used when it works with the stock kernel (probed once per kernel and cached);
 otherwise the VM runs under software emulation (TCG), which is slower but complete.
@@ -34,6 +36,8 @@ KVM_PROBE_TIMEOUT = 40.0
 # `cached_trees`); vng's own root mount has no cache, so every exec and import re-reads
 # its files from the host
 CACHED_MOUNT_OPTS = "ro,trans=virtio,version=9p2000.L,access=any,msize=512000,cache=loose"
+# and for a working directory the guest writes to (no cache: the host sees every write)
+WRITABLE_MOUNT_OPTS = "rw,trans=virtio,version=9p2000.L,access=any,msize=512000"
 
 
 def _version_key(path: Path) -> list:
@@ -146,23 +150,63 @@ def cached_trees(prefix: str = sys.prefix) -> list[tuple[str, str]]:
     return trees
 
 
+PRIVATE_IN_VM = ("/tmp",)  # vng --rw overlays these: the guest's writes stay in the VM
+
+
+def _is_private(path: str) -> bool:
+    return any(path == d or path.startswith(d + "/") for d in PRIVATE_IN_VM)
+
+
+def writable_trees(cwd: str) -> list[tuple[str, str]]:
+    """The working directory as a writable tree for the guest when vng would hide its writes.
+
+    vng --rw gives the guest a private overlay over /tmp: a checkout cloned under /tmp
+    would see its files in the VM, but result bundles written there would never reach
+    this machine.  Such a directory is exported again, writable, and mounted over the
+    overlay (`writable_mounts`).  cwd: the working directory (absolute).
+    """
+    return [("tb_cwd", cwd)] if _is_private(cwd) and cwd not in PRIVATE_IN_VM else []
+
+
 def vng_argv(vng: str, kernel: Path, memory: str, cpus: int, kvm: bool, inner: str,
-             cached: list[tuple[str, str]] | None = None) -> list[str]:
+             cached: list[tuple[str, str]] | None = None,
+             writable: list[tuple[str, str]] | None = None) -> list[str]:
     """The vng invocation (pure).
 
     vng: vng path; kernel: image; memory: e.g. "2G"; cpus: count; kvm: use KVM;
     inner: shell line to run in the guest; cached: (tag, host path) trees exported a
-    second time for `cached_mounts` (see `cached_trees`).
+    second time, read-only, for `cached_mounts` (see `cached_trees`); writable: trees
+    exported writable for `writable_mounts` (see `writable_trees`).
     """
     argv = [vng, "--run", str(kernel), "--memory", memory, "--cpus", str(cpus), "--rw"]
     if not kvm:
         argv.append("--disable-kvm")
-    for tag, path in cached or []:
+    trees = [(t, p, "") for t, p in writable or []] + \
+        [(t, p, "readonly=on,") for t, p in cached or []]
+    for tag, path, ro in trees:
         if "," in path:
             continue  # qemu's option syntax cannot carry a comma in a path
         argv.append(f"--qemu-opts=-virtfs local,path={path},mount_tag={tag},"
-                    "security_model=none,readonly=on,multidevs=remap")
+                    f"security_model=none,{ro}multidevs=remap")
     return [*argv, "--", inner]
+
+
+def writable_mounts(trees: list[tuple[str, str]]) -> str:
+    """The guest shell line that mounts the writable trees over the private overlay and
+    enters the working directory again (the shell started in the overlay's copy).
+
+    A tree that fails to mount is named on stderr: the command still runs, but what it
+    writes there stays in the VM.
+    """
+    lines = []
+    for tag, path in trees:
+        if "," in path:
+            continue
+        q = shlex.quote(path)
+        lines.append(f"{{ mount -t 9p -o {WRITABLE_MOUNT_OPTS} {tag} {q} && cd {q}; }} || "
+                     f"echo 'testbed vm: warning: '{q}' is private to the VM; files written "
+                     "there do not reach this machine' >&2")
+    return "; ".join(lines)
 
 
 def cached_mounts(cached: list[tuple[str, str]]) -> str:
@@ -213,7 +257,10 @@ def run_in_vm(cmd: list[str], kernel: Path | None = None, memory: str = "2G", cp
         mode = "KVM" if use_kvm else "software emulation (TCG), slower"
         print(f"testbed vm: booting {image.name} with {mode}, {cpus} CPUs, {memory}",
               file=sys.stderr, flush=True)
-    private = [a for a in cmd if a == "/tmp" or a.startswith(("/tmp/", "/run/"))]
+    writable = writable_trees(os.getcwd())
+    shared = [p for _t, p in writable]
+    private = [a for a in cmd if (a == "/tmp" or a.startswith(("/tmp/", "/run/")))
+               and not any(a == p or a.startswith(p + "/") for p in shared)]
     if private and not quiet:
         print(f"testbed vm: warning: {private[0]} is private to the VM (a tmpfs/overlay); "
               "files written there do not reach this machine", file=sys.stderr, flush=True)
@@ -230,7 +277,9 @@ def run_in_vm(cmd: list[str], kernel: Path | None = None, memory: str = "2G", cp
         inner = guest_command(cmd)
         if cached:
             inner = f"{cached_mounts(cached)}; {inner}"
-        rc = runner.call(vng_argv(vng, image, memory, cpus, use_kvm, inner, cached),
+        if writable:  # before the cached trees: the venv may live inside the checkout
+            inner = f"{writable_mounts(writable)}; {inner}"
+        rc = runner.call(vng_argv(vng, image, memory, cpus, use_kvm, inner, cached, writable),
                          env=vng_env(), relay=True)
     finally:
         with contextlib.suppress(ValueError):

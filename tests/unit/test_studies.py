@@ -3,9 +3,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
-from analysis.studies import capacity_steps, evaluate, ideal_rate
+from analysis.studies import DELIVERED, SENT, capacity_steps, evaluate, ideal_rate, window_rate
 from testbed.errors import InputError
 from testbed.study import study_specs
 
@@ -103,3 +104,23 @@ def test_run_study_defers_analysis_and_the_host_finishes_it(tmp_path, monkeypatc
     assert list(failed) == [f"{runs[0].parent.name}/{runs[0].name}"]
     assert all(Bundle(b).read_metadata()["analysis"] == "host" for b in runs[1:])
     assert finish_analysis(out) == {}
+
+
+def _bundle(out: Path, rows: list[tuple[str, float, float]]) -> None:
+    run = out / "r1"
+    (run / "metrics").mkdir(parents=True)
+    (run / "metadata.json").write_text(json.dumps({"status": "complete", "params": {}}))
+    pd.DataFrame([{"kind": k, "key": "f", "t_rel": t, "bin_s": 1.0, "goodput_bps": g,
+                   "rate_bps": g} for k, t, g in rows]).to_parquet(run / "metrics" /
+                                                                  "timeseries.parquet")
+
+
+def test_window_rate_sent_or_delivered(tmp_path):
+    # the sender pushed 2 Mbit/s into the window, the receiver acknowledged 0.5 Mbit/s
+    _bundle(tmp_path, [("flow", 3.0, 2e6), ("flow", 4.0, 2e6), ("flow", 5.0, 1e6),
+                       ("delivered", 3.0, 0.5e6), ("delivered", 4.0, 0.5e6),
+                       ("path", 3.0, 9e6)])
+    assert window_rate(tmp_path, 3.0, 5.0, kinds=SENT) == pytest.approx(2e6)
+    assert window_rate(tmp_path, 3.0, 5.0, kinds=DELIVERED) == pytest.approx(0.5e6)
+    assert window_rate(tmp_path, 3.0, 5.0) == pytest.approx(2e6)  # SENT by default
+    assert window_rate(tmp_path / "none", 3.0, 5.0) is None

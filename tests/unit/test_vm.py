@@ -50,6 +50,27 @@ def test_cached_trees_are_exported_read_only_and_mounted_with_a_cache(tmp_path):
     assert vm.cached_mounts([("t", "/a,b")]) == ""
 
 
+def test_a_working_directory_under_tmp_is_shared_writable():
+    # vng --rw overlays /tmp privately: a checkout there is exported again, writable
+    assert vm.writable_trees("/tmp/ci/main") == [("tb_cwd", "/tmp/ci/main")]
+    assert vm.writable_trees("/tmp") == []  # the overlay itself stays private
+    assert vm.writable_trees("/work/main") == vm.writable_trees("/tmpfoo") == []
+    trees = [("tb_cwd", "/tmp/my checkout")]
+    argv = vm.vng_argv("vng", Path("/k"), "2G", 2, False, "true", [("tb_usr", "/usr")], trees)
+    opts = [a for a in argv if a.startswith("--qemu-opts=")]
+    assert opts[0] == ("--qemu-opts=-virtfs local,path=/tmp/my checkout,mount_tag=tb_cwd,"
+                       "security_model=none,multidevs=remap")
+    assert "readonly=on" in opts[1]
+    line = vm.writable_mounts(trees)
+    words = shlex.split(line)
+    assert words[:5] == ["{", "mount", "-t", "9p", "-o"] and words[5].startswith("rw,")
+    assert "cache" not in words[5]  # every write reaches the host at once
+    assert words[6:8] == ["tb_cwd", "/tmp/my checkout"]
+    assert "&& cd '/tmp/my checkout'; } ||" in line  # re-enter over the mount
+    assert "private to the VM" in words[-2]
+    assert vm.writable_mounts([("t", "/tmp/a,b")]) == ""
+
+
 def test_guest_command_quotes_and_passes_env():
     line = vm.guest_command(["pytest", "-k", "a and b"], env={"CI": "true", "HOME": "/x",
                                                             "TESTBED_FOO": "1"})

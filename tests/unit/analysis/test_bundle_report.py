@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from craft import CLIENT, CLIENT2, SERVER, T0, handshake_and_data, mptcp_connection, write
+from craft import CLIENT, CLIENT2, SERVER, T0, handshake_and_data, mptcp_connection, seg, write
 from typer.testing import CliRunner
 
 from analysis import bundle, report
@@ -211,3 +211,62 @@ def test_sender_and_receiver_captures_answer_their_own_questions(tmp_path):
     assert row["reordered_packets"] == 1 and row["bytes"] == 6000
     ts = pd.read_parquet(run / "metrics" / "timeseries.parquet")
     assert set(ts.loc[ts["kind"] == "path", "capture"]) == {"client-client-eth0"}
+
+
+def _lossy_transfer(at_sender: bool) -> list:
+    """1000-byte segments 0-3 of one TCP flow; segment 2 dropped after the sender's capture
+    and sent again at t=2.1 s; the receiver's ACKs as the receiver (or sender) sees them."""
+    c, s_ = (CLIENT, 40000), (SERVER, 5201)
+    isn, d = 100, 1  # data starts at isn + 1
+
+    def data(t, k):
+        return seg(t, c[0], s_[0], c[1], s_[1], isn + d + 1000 * k, 501, "PA", payload=1000)
+
+    def ack(t, upto):
+        return seg(t, s_[0], c[0], s_[1], c[1], 501, isn + d + upto, "A")
+
+    pk = [seg(0.0, c[0], s_[0], c[1], s_[1], isn, 0, "S"),
+          seg(0.01, s_[0], c[0], s_[1], c[1], 500, isn + 1, "SA"),
+          seg(0.02, c[0], s_[0], c[1], s_[1], isn + 1, 501, "A"),
+          data(0.1, 0), data(0.11, 1), ack(0.15, 2000)]
+    if at_sender:
+        pk.append(data(1.05, 2))  # the queue behind the sender's capture drops it
+    pk += [data(1.1, 3), ack(1.15, 2000), ack(1.2, 2000),
+           data(2.1, 2), ack(2.15, 4000),
+           seg(2.2, c[0], s_[0], c[1], s_[1], isn + d + 4000, 501, "FA"),
+           seg(2.25, s_[0], c[0], s_[1], c[1], 501, isn + d + 4001, "FA")]
+    return pk
+
+
+def test_delivered_series_counts_what_the_receiver_acknowledged(tmp_path):
+    run = tmp_path / "loss"
+    (run / "pcap").mkdir(parents=True)
+    write(run / "pcap" / "client-client-eth0.pcap", _lossy_transfer(at_sender=True))
+    write(run / "pcap" / "server-server-eth0.pcap", _lossy_transfer(at_sender=False))
+    (run / "metadata.json").write_text(json.dumps({"t0": T0, "interfaces": {
+        "client-eth0": {"host": "client", "path": "wifi", "addr": CLIENT},
+        "server-eth0": {"host": "server", "path": "wifi", "addr": SERVER}}}))
+    bundle.analyze_bundle(run, bin_s=1.0)
+    ts = pd.read_parquet(run / "metrics" / "timeseries.parquet")
+    dl = ts[ts["kind"] == "delivered"].sort_values("t_rel")
+    assert set(dl["capture"]) == {"server-server-eth0"}
+    # 2000 B in order in bin 0; segment 3 waits behind the hole in bin 1; the
+    # retransmission releases 2 and 3 in bin 2; the FIN's sequence number is not data
+    assert dl["bytes"].tolist() == [2000, 0, 2000]
+    assert dl["goodput_bps"].tolist() == [16000, 0, 16000]
+    sent = ts[ts["kind"] == "flow"].sort_values("t_rel")
+    assert set(sent["capture"]) == {"client-client-eth0"}
+    assert sent["goodput_bps"].tolist() == [16000, 16000, 0]  # the sender's view
+
+
+def test_delivered_bytes_ignore_duplicate_and_backward_acks():
+    from analysis import metrics as M
+    seg_ = pd.DataFrame({"row": range(6), "flow": [0] * 6, "dir": [0, 1, 1, 0, 1, 1],
+                         "payload": [1000, 0, 0, 1000, 0, 0], "end": [1000, 0, 0, 2000, 0, 0],
+                         "ack": [0, 1000, 1000, 0, 500, 2001], "flags": [0x18, 0x10, 0x10,
+                                                                       0x18, 0x10, 0x11]})
+    rows, flow, nbytes = M.delivered_bytes(seg_, np.array([0]))
+    assert rows.tolist() == [1, 2, 4, 5] and flow.tolist() == [0] * 4
+    assert nbytes.tolist() == [0, 0, 0, 1000]  # first ACK: the baseline; FIN capped
+    empty = M.delivered_bytes(seg_.iloc[:0], np.array([0]))
+    assert all(len(a) == 0 for a in empty)
