@@ -6,7 +6,8 @@ Which capture answers what, when a flow was captured at several interfaces (from
 * bytes, FCT, throughput, retransmissions, RTT: the capture at the data *sender*;
 * reordering (TCP and MPTCP data level): the capture(s) at the data *receiver*;
 * bytes delivered in order over time (timeseries kind ``delivered``, top-level TCP flows):
-  the data receiver's ACKs, at the capture at the receiver;
+  the data receiver's ACKs, at the capture at the receiver (without one, at the flow's
+  best-covered capture: the ACKs as they reach the sender, one path later);
 * without an interfaces map, the capture holding most of the flow's packets.
 
 Everything is read and computed before anything is written; each file is written through

@@ -165,8 +165,9 @@ def delivered_bytes(seg: pd.DataFrame, ddir: np.ndarray
 
     seg: `segments` (packets grouped by flow and direction, capture order inside); ddir:
     data direction per flow.  bytes is the advance of the cumulative acknowledgement beyond
-    every earlier ACK of the flow (0 for the first one seen, for duplicates and for ACKs
-    that go backwards), capped at the highest data byte seen so the FIN does not count.
+    every earlier ACK of the flow and the flow's first data byte (relative 0: the ISN + 1,
+    or the first data byte captured), 0 for duplicates and ACKs that go backwards, capped
+    at the highest data byte seen so the FIN does not count.
     """
     f = seg["flow"].to_numpy()
     if not len(f):
@@ -183,8 +184,8 @@ def delivered_bytes(seg: pd.DataFrame, ddir: np.ndarray
     fa = f[acks]
     ack = np.minimum(seg["ack"].to_numpy(np.int64)[acks], top[fa])
     st = _starts(fa)
-    before = _running_max_excl(ack, st, int(ack.min()) - 1)
-    new = np.where(st, 0, np.maximum(ack - before, 0))
+    before = _running_max_excl(ack, st, 0)
+    new = np.maximum(ack - before, 0)
     return seg["row"].to_numpy()[acks], fa, new
 
 

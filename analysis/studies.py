@@ -165,12 +165,17 @@ def window_rate(spec_out: Path, t_from: float, t_to: float,
     that match run_filter (a run without data in the window counts as 0).  kinds: the
     timeseries kinds to add up -- `SENT`: TCP/UDP flows' new data at the sender ("flow")
     and MPTCP connections ("connection"; their subflows are not added again); `DELIVERED`:
-    TCP flows' bytes acknowledged by their receiver ("delivered") instead of "flow".
+    TCP flows' bytes acknowledged by their receiver ("delivered") instead of "flow", except
+    in runs analysed before that series existed, which count "flow".
     """
     ts = run_table(spec_out, "timeseries")
     if ts.empty:
         return None
-    sel = _select_runs(ts[ts["kind"].isin(list(kinds))], run_filter)
+    wanted = ts["kind"].isin(list(kinds))
+    if "delivered" in kinds:
+        has = ts.loc[ts["kind"] == "delivered", "run_id"].unique()
+        wanted |= (ts["kind"] == "flow") & ~ts["run_id"].isin(has)
+    sel = _select_runs(ts[wanted], run_filter)
     if sel is None or sel.empty:
         return None
     t_rel = _num(sel["t_rel"])
@@ -403,12 +408,14 @@ def p3(paper: dict, out: Path, res: StudyResult) -> None:
         values = sorted(ts[key].astype(str).unique()) if key in ts else [None]
         # what the receiver got, as the paper's throughput is: right after a rate drop the
         # sender still transmits segments the new link's queue then drops
-        rx = "kind" in ts and bool((ts["kind"] == "delivered").any())
-        how = ("delivered: the receiver's cumulative ACKs" if rx else
-               "sent (bundles analysed before the delivered series existed)")
+        runs = set(ts["run_id"]) if "run_id" in ts else set()
+        old = len(runs - set(ts.loc[ts["kind"] == "delivered", "run_id"])) if runs else 0
+        how = "delivered: the receiver's cumulative ACKs" + (
+            f" ({old} of {len(runs)} runs analysed before that series existed: sent)"
+            if old else "")
         for cc in values:
             rate = window_rate(spec_dir, t_h, t_to, run_filter=None if cc is None else {key: cc},
-                               kinds=DELIVERED if rx else SENT)
+                               kinds=DELIVERED)
             label = f"{spec_dir.name}" + (f", {cc}" if cc else "")
             util = None if rate is None or ideal <= 0 else 100 * rate / ideal
             res.comparisons.append(Comparison(label, f"throughput {t_h:g}-{t_to:g} s", None,

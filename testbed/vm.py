@@ -145,7 +145,7 @@ def cached_trees(prefix: str = sys.prefix) -> list[tuple[str, str]]:
     """
     trees = [("tb_usr", "/usr")]
     venv = Path(prefix)
-    if venv.is_dir() and not venv.resolve().is_relative_to("/usr"):
+    if venv.is_dir() and not venv.resolve().is_relative_to("/usr") and _exportable(str(venv)):
         trees.append(("tb_venv", str(venv)))
     return trees
 
@@ -165,7 +165,15 @@ def writable_trees(cwd: str) -> list[tuple[str, str]]:
     this machine.  Such a directory is exported again, writable, and mounted over the
     overlay (`writable_mounts`).  cwd: the working directory (absolute).
     """
-    return [("tb_cwd", cwd)] if _is_private(cwd) and cwd not in PRIVATE_IN_VM else []
+    if not _is_private(cwd) or cwd in PRIVATE_IN_VM or not _exportable(cwd):
+        return []
+    return [("tb_cwd", cwd)]
+
+
+def _exportable(path: str) -> bool:
+    """Whether qemu's -virtfs can name path: vng joins --qemu-opts unquoted into a shell
+    line, and qemu's option syntax cannot carry a comma."""
+    return "," not in path and shlex.quote(path) == path
 
 
 def vng_argv(vng: str, kernel: Path, memory: str, cpus: int, kvm: bool, inner: str,
@@ -274,11 +282,9 @@ def run_in_vm(cmd: list[str], kernel: Path | None = None, memory: str = "2G", cp
         signal.signal(signal.SIGTERM, _term)
     try:
         cached = [] if os.environ.get("TESTBED_VM_CACHE") == "0" else cached_trees()
-        inner = guest_command(cmd)
-        if cached:
-            inner = f"{cached_mounts(cached)}; {inner}"
-        if writable:  # before the cached trees: the venv may live inside the checkout
-            inner = f"{writable_mounts(writable)}; {inner}"
+        # the writable tree first: the venv may live inside the checkout
+        lines = [writable_mounts(writable), cached_mounts(cached), guest_command(cmd)]
+        inner = "; ".join(line for line in lines if line)
         rc = runner.call(vng_argv(vng, image, memory, cpus, use_kvm, inner, cached, writable),
                          env=vng_env(), relay=True)
     finally:

@@ -106,13 +106,14 @@ def test_run_study_defers_analysis_and_the_host_finishes_it(tmp_path, monkeypatc
     assert finish_analysis(out) == {}
 
 
-def _bundle(out: Path, rows: list[tuple[str, float, float]]) -> None:
-    run = out / "r1"
+def _bundle(out: Path, rows: list[tuple[str, float, float]], name: str = "r1") -> Path:
+    run = out / name
     (run / "metrics").mkdir(parents=True)
     (run / "metadata.json").write_text(json.dumps({"status": "complete", "params": {}}))
     pd.DataFrame([{"kind": k, "key": "f", "t_rel": t, "bin_s": 1.0, "goodput_bps": g,
                    "rate_bps": g} for k, t, g in rows]).to_parquet(run / "metrics" /
                                                                   "timeseries.parquet")
+    return run
 
 
 def test_window_rate_sent_or_delivered(tmp_path):
@@ -124,3 +125,27 @@ def test_window_rate_sent_or_delivered(tmp_path):
     assert window_rate(tmp_path, 3.0, 5.0, kinds=DELIVERED) == pytest.approx(0.5e6)
     assert window_rate(tmp_path, 3.0, 5.0) == pytest.approx(2e6)  # SENT by default
     assert window_rate(tmp_path / "none", 3.0, 5.0) is None
+
+
+def test_window_rate_delivered_falls_back_per_run(tmp_path):
+    # r1 analysed with the delivered series, r0 before it existed: r0 counts what it sent
+    _bundle(tmp_path, [("flow", 3.0, 2e6), ("delivered", 3.0, 1e6)])
+    _bundle(tmp_path, [("flow", 3.0, 3e6)], name="r0")
+    assert window_rate(tmp_path, 3.0, 4.0, kinds=DELIVERED) == pytest.approx((1e6 + 3e6) / 2)
+    assert window_rate(tmp_path, 3.0, 4.0, kinds=SENT) == pytest.approx((2e6 + 3e6) / 2)
+
+
+def test_p3_utilisation_reads_what_the_receiver_acknowledged(tmp_path):
+    from analysis.studies import StudyResult, p3
+    spec = (ROOT / "experiments/p3_handover/quick/case1_wlan_to_imt.toml").read_text()
+    # the window is 3-8 s; the link is down 3-3.5 s, then 384 kbit/s: ideal 345.6 kbit/s
+    rows = [("flow", float(t), 384e3) for t in range(3, 8)]
+    rows += [("delivered", float(t), 0.5 * 345.6e3) for t in range(3, 8)]
+    run = _bundle(tmp_path / "case1_wlan_to_imt", rows)
+    (run / "spec.toml").write_text(spec)
+    res = StudyResult("P3", "handover")
+    p3({}, tmp_path, res)
+    util = [c for c in res.comparisons if c.quantity == "utilisation of the ideal"]
+    assert [round(c.ours, 1) for c in util] == [50.0]  # not the 111 % the sender sent
+    claim = next(c for c in res.claims if "well below" in c.text)
+    assert claim.holds is True and claim.measured["utilisation_pct"] == pytest.approx(50.0)

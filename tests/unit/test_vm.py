@@ -29,11 +29,14 @@ def test_vng_argv_kvm_and_tcg():
 
 
 def test_cached_trees_are_exported_read_only_and_mounted_with_a_cache(tmp_path):
-    venv = tmp_path / "my venv"
+    venv = tmp_path / "venv"
     venv.mkdir()
     trees = vm.cached_trees(str(venv))
     assert trees == [("tb_usr", "/usr"), ("tb_venv", str(venv))]
     assert vm.cached_trees("/usr") == [("tb_usr", "/usr")]  # the system Python: no venv
+    spaced = tmp_path / "my venv"  # vng passes --qemu-opts through a shell unquoted
+    spaced.mkdir()
+    assert vm.cached_trees(str(spaced)) == [("tb_usr", "/usr")]
     argv = vm.vng_argv("vng", Path("/boot/k"), "2G", 2, False, "true", trees)
     opts = [a for a in argv if a.startswith("--qemu-opts=")]
     assert opts[0] == ("--qemu-opts=-virtfs local,path=/usr,mount_tag=tb_usr,"
@@ -55,6 +58,8 @@ def test_a_working_directory_under_tmp_is_shared_writable():
     assert vm.writable_trees("/tmp/ci/main") == [("tb_cwd", "/tmp/ci/main")]
     assert vm.writable_trees("/tmp") == []  # the overlay itself stays private
     assert vm.writable_trees("/work/main") == vm.writable_trees("/tmpfoo") == []
+    # paths vng's unquoted shell line or qemu's option syntax cannot carry stay private
+    assert vm.writable_trees("/tmp/my checkout") == vm.writable_trees("/tmp/a,b") == []
     trees = [("tb_cwd", "/tmp/my checkout")]
     argv = vm.vng_argv("vng", Path("/k"), "2G", 2, False, "true", [("tb_usr", "/usr")], trees)
     opts = [a for a in argv if a.startswith("--qemu-opts=")]

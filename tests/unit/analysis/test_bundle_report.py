@@ -267,6 +267,7 @@ def test_delivered_bytes_ignore_duplicate_and_backward_acks():
                                                                        0x18, 0x10, 0x11]})
     rows, flow, nbytes = M.delivered_bytes(seg_, np.array([0]))
     assert rows.tolist() == [1, 2, 4, 5] and flow.tolist() == [0] * 4
-    assert nbytes.tolist() == [0, 0, 0, 1000]  # first ACK: the baseline; FIN capped
+    # no handshake captured: the first ACK counts from the first data byte; FIN capped
+    assert nbytes.tolist() == [1000, 0, 0, 1000]
     empty = M.delivered_bytes(seg_.iloc[:0], np.array([0]))
     assert all(len(a) == 0 for a in empty)
