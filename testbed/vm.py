@@ -24,6 +24,7 @@ import shlex
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from testbed.commands import CommandRunner, which
@@ -206,15 +207,10 @@ def writable_mounts(trees: list[tuple[str, str]]) -> str:
     A tree that fails to mount is named on stderr: the command still runs, but what it
     writes there stays in the VM.
     """
-    lines = []
-    for tag, path in trees:
-        if "," in path:
-            continue
-        q = shlex.quote(path)
-        lines.append(f"{{ mount -t 9p -o {WRITABLE_MOUNT_OPTS} {tag} {q} && cd {q}; }} || "
-                     f"echo 'testbed vm: warning: '{q}' is private to the VM; files written "
-                     "there do not reach this machine' >&2")
-    return "; ".join(lines)
+    return _per_tree(trees, lambda tag, q: (
+        f"{{ mount -t 9p -o {WRITABLE_MOUNT_OPTS} {tag} {q} && cd {q}; }} || "
+        f"echo 'testbed vm: warning: '{q}' is private to the VM; files written there do not "
+        "reach this machine' >&2"))
 
 
 def cached_mounts(cached: list[tuple[str, str]]) -> str:
@@ -223,14 +219,14 @@ def cached_mounts(cached: list[tuple[str, str]]) -> str:
     A tree that fails to mount stays on the uncached root (slower, still correct) and
     is named in one line on stderr.
     """
-    lines = []
-    for tag, path in cached:
-        if "," in path:
-            continue
-        q = shlex.quote(path)
-        lines.append(f"mount -t 9p -o {CACHED_MOUNT_OPTS} {tag} {q} 2>/dev/null || "
-                     f"echo 'testbed vm: no cached view of '{q}' (slower)' >&2")
-    return "; ".join(lines)
+    return _per_tree(cached, lambda tag, q: (
+        f"mount -t 9p -o {CACHED_MOUNT_OPTS} {tag} {q} 2>/dev/null || "
+        f"echo 'testbed vm: no cached view of '{q}' (slower)' >&2"))
+
+
+def _per_tree(trees: list[tuple[str, str]], line: Callable[[str, str], str]) -> str:
+    """line(tag, quoted path) for each tree qemu can export, joined into one shell line."""
+    return "; ".join(line(tag, shlex.quote(path)) for tag, path in trees if "," not in path)
 
 
 def run_in_vm(cmd: list[str], kernel: Path | None = None, memory: str = "2G", cpus: int = 2,
