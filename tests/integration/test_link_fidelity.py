@@ -52,11 +52,23 @@ def test_tcp_reaches_the_rate(net: Network, measure) -> None:
     assert abs(bps - 10e6) <= 0.10 * 10e6, f"TCP {bps / 1e6:.2f} Mbit/s"
 
 
+# iperf3 sets up a UDP stream with one datagram each way and no retransmission, so on a
+# lossy link it aborts with this error (esnet/iperf#862, #351): about 1 test in 10 at 5 %
+UDP_SETUP_LOST = "unable to read from stream socket"
+
+
 def test_loss_matches_binomial_and_resets_to_zero(net: Network, measure) -> None:
     net.set_shape("link", SHAPE.changed(loss_pct=5.0))
-    sent0, dropped0 = _netem_counts(net)
-    res = measure.iperf3(net.runner, net.host("h1"), net.host("h2"), "10.0.0.2",
-                         seconds=6, udp_rate="2M")
+    for attempt in range(3):  # only a lost set-up datagram is tried again
+        sent0, dropped0 = _netem_counts(net)
+        try:
+            res = measure.iperf3(net.runner, net.host("h1"), net.host("h2"), "10.0.0.2",
+                                 seconds=6, udp_rate="2M")
+            break
+        except AssertionError as exc:
+            if UDP_SETUP_LOST not in str(exc) or attempt == 2:
+                raise
+            print(f"iperf3 attempt {attempt + 1}: UDP set-up datagram lost, trying again")
     sent1, dropped1 = _netem_counts(net)
     n, lost = res["end"]["sum"]["packets"], res["end"]["sum"]["lost_packets"]
     # what netem itself did on h1-eth0 in the meantime (also iperf3's control traffic)
