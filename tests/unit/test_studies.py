@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from analysis.studies import DELIVERED, SENT, capacity_steps, evaluate, ideal_rate, window_rate
+from testbed.compat import tomllib
 from testbed.errors import InputError
 from testbed.study import study_specs
 
@@ -149,3 +150,26 @@ def test_p3_utilisation_reads_what_the_receiver_acknowledged(tmp_path):
     assert [round(c.ours, 1) for c in util] == [50.0]  # not the 111 % the sender sent
     claim = next(c for c in res.claims if "well below" in c.text)
     assert claim.holds is True and claim.measured["utilisation_pct"] == pytest.approx(50.0)
+
+
+def test_p3_ideal_counts_the_link_as_the_schedule_applied_it(tmp_path):
+    from analysis.studies import StudyResult, applied_steps, p3
+    spec = (ROOT / "experiments/p3_handover/quick/case1_wlan_to_imt.toml").read_text()
+    # the link went down 30 ms late and came back 20 ms late
+    ev = pd.DataFrame({"t_rel": [3.5200, 3.030], "link": ["access"] * 2, "error": [None] * 2,
+                       "changes": ['{"bw_bps": 384000, "delay_s": 0.07, "up": true}',
+                                   '{"up": false}']})
+    steps = applied_steps(tomllib.loads(spec), "access", ev)
+    assert steps == [(0.0, 10e6), (3.03, 0.0), (3.52, 384e3)]
+    ideal = ideal_rate(steps, 3.0, 8.0)
+    assert ideal == pytest.approx((0.03 * 10e6 + 4.48 * 384e3) / 5)  # not 345.6 kbit/s
+    failed = ev.assign(error=[None, "tc: error"])  # a change that failed did not happen
+    assert applied_steps(tomllib.loads(spec), "access", failed) == [(0.0, 10e6), (3.52, 384e3)]
+    run = _bundle(tmp_path / "case1_wlan_to_imt",
+                  [("delivered", float(t), 0.5 * ideal) for t in range(3, 8)])
+    (run / "spec.toml").write_text(spec)
+    ev.to_parquet(run / "metrics" / "events.parquet")
+    res = StudyResult("P3", "handover")
+    p3({}, tmp_path, res)
+    util = next(c for c in res.comparisons if c.quantity == "utilisation of the ideal")
+    assert util.ours == pytest.approx(50.0)
