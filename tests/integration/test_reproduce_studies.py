@@ -47,8 +47,8 @@ DOCUMENTED: dict[str, list[tuple[str, str]]] = {
     "p0_wifi_3g": [], "p2_three_paths": [], "p4_rbuf_blocking": [],
     # one run of 22 random flows: spray 3 % faster in one run, 2.2x slower in another
     "p1_fattree_spray": [("random", "spraying's short-flow FCT is not worse")],
-    # Linux recovers far faster than ns-2 NewReno: what the receiver got was 72-86 % of the
-    # ideal in six runs (mean 77 %; the line is 80 %), the paper's TCP/mm 30.5 %
+    # Linux usually recovers far faster than ns-2 NewReno: what the receiver got was 72-86 %
+    # of the ideal in six of seven runs (the line is 80 %) and 36 % in one, the paper 30.5 %
     "p3_handover": [("case1_wlan_to_imt",
                      "right after a 20 Mbit/s -> 384 kbit/s handover TCP stays well below")],
 }
