@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 import matplotlib
@@ -86,6 +87,26 @@ def cwnd_figure(cwnd: pd.DataFrame, t0: float | None = None) -> Figure:
     return fig
 
 
+def value_label(v: object, width: int = 28) -> str:
+    """A short axis/legend label for a swept value.
+
+    Sweeps over whole tables or lists (P0 swaps a workload table) store them as JSON
+    text; those are named by their ``name`` fields (``tcp-wifi``, ``mptcp+video``).
+    Anything else is its text, cut to width characters.
+    """
+    text = str(v)
+    if text[:1] in "[{":
+        try:
+            data = json.loads(text)
+        except ValueError:
+            data = None
+        items = data if isinstance(data, list) else [data]
+        names = [str(d["name"]) for d in items if isinstance(d, dict) and "name" in d]
+        if names and len(names) == len(items):
+            text = "+".join(names)
+    return text if len(text) <= width else text[:width - 1] + "\u2026"
+
+
 def sweep_figure(summary: pd.DataFrame, param: str, metric: str,
                  policy: list[str] | None = None, order: list | None = None) -> Figure:
     """metric vs param, mean +- std over repetitions, one line per policy.
@@ -102,8 +123,8 @@ def sweep_figure(summary: pd.DataFrame, param: str, metric: str,
         stats = g.groupby(param)[metric].agg(["mean", "std", "count"]).reindex(xs)
         x = [pos[v] for v in stats.index]
         ax.errorbar(x, stats["mean"] * scale, yerr=stats["std"].fillna(0) * scale, marker="o",
-                    capsize=3, label=", ".join(map(str, np.atleast_1d(name))))
-    ax.set_xticks(range(len(xs)), [str(v) for v in xs])
+                    capsize=3, label=", ".join(map(value_label, np.atleast_1d(name))))
+    ax.set_xticks(range(len(xs)), [value_label(v) for v in xs])
     ax.set_xlabel(param)
     ax.set_ylabel(f"{label} ({unit})" if unit else label)
     ax.legend(fontsize=7, loc="best")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -247,11 +248,13 @@ RUN_COLUMNS = {"run_id", "name", "status", "repetition", "seed", "started", "end
 
 
 def swept_params(summary: pd.DataFrame) -> list[str]:
-    """Swept parameters: summary columns that are neither run bookkeeping nor headline
-    metrics and that take more than one value."""
+    """Swept parameters: summary columns that are neither run bookkeeping, the seconds
+    each run phase took (``setup_s``, ... -- never a dotted key path) nor headline metrics,
+    and that take more than one value."""
     skip = RUN_COLUMNS | set(HEADLINE_KEYS)
     return [c for c in summary.columns
-            if c not in skip and summary[c].nunique(dropna=True) > 1]
+            if c not in skip and not re.fullmatch(r"[a-z]+_s", c)
+            and summary[c].nunique(dropna=True) > 1]
 
 
 def sweep_section(ctx: ReportContext) -> str:

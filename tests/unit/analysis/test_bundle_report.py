@@ -271,3 +271,18 @@ def test_delivered_bytes_ignore_duplicate_and_backward_acks():
     assert nbytes.tolist() == [1000, 0, 0, 1000]
     empty = M.delivered_bytes(seg_.iloc[:0], np.array([0]))
     assert all(len(a) == 0 for a in empty)
+
+
+def test_sweep_parameters_leave_out_phase_times_and_name_json_values():
+    from analysis import plots
+    s = pd.DataFrame({"run_id": ["a", "b"], "status": ["complete"] * 2,
+                      "setup_s": [3.1, 4.2], "teardown_s": [1.0, 2.0], "wall_s": [9.0, 8.0],
+                      "transport.cc": ["reno", "cubic"], "throughput_bps_mean": [1e6, 2e6],
+                      "workload.0": ['{"kind": "bulk", "name": "tcp-wifi"}',
+                                     '{"kind": "bulk", "name": "mptcp-cubic"}']})
+    assert report.swept_params(s) == ["transport.cc", "workload.0"]
+    assert plots.value_label(s["workload.0"][0]) == "tcp-wifi"
+    assert plots.value_label('[{"name": "file"}, {"name": "video"}]') == "file+video"
+    assert plots.value_label('[{"kind": "bulk"}]') == '[{"kind": "bulk"}]'  # no names
+    assert plots.value_label("x" * 40) == "x" * 27 + "\u2026"
+    assert plots.value_label(2.5) == "2.5"
