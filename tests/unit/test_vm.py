@@ -55,9 +55,9 @@ def test_cached_trees_are_exported_read_only_and_mounted_with_a_cache(tmp_path):
 
 def test_a_working_directory_under_tmp_is_shared_writable():
     # vng --rw overlays /tmp privately: a checkout there is exported again, writable
-    assert vm.writable_trees("/tmp/ci/main") == [("tb_cwd", "/tmp/ci/main")]
+    assert vm.writable_trees("/tmp/clone/repo") == [("tb_cwd", "/tmp/clone/repo")]
     assert vm.writable_trees("/tmp") == []  # the overlay itself stays private
-    assert vm.writable_trees("/work/main") == vm.writable_trees("/tmpfoo") == []
+    assert vm.writable_trees("/srv/repo") == vm.writable_trees("/tmpfoo") == []
     # paths vng's unquoted shell line or qemu's option syntax cannot carry stay private
     assert vm.writable_trees("/tmp/my checkout") == vm.writable_trees("/tmp/a,b") == []
     trees = [("tb_cwd", "/tmp/my checkout")]
