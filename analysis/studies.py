@@ -158,7 +158,8 @@ DELIVERED = ("delivered", "connection")
 
 
 def window_rate(spec_out: Path, t_from: float, t_to: float,
-                run_filter: dict | None = None, kinds: tuple[str, ...] = SENT) -> float | None:
+                run_filter: dict | None = None, kinds: tuple[str, ...] = SENT,
+                table: pd.DataFrame | None = None) -> float | None:
     """Average rate (bit/s) in [t_from, t_to) seconds after the run's start.
 
     Sums the goodput series of every top-level flow per run, then averages over the runs
@@ -166,9 +167,10 @@ def window_rate(spec_out: Path, t_from: float, t_to: float,
     timeseries kinds to add up -- `SENT`: TCP/UDP flows' new data at the sender ("flow")
     and MPTCP connections ("connection"; their subflows are not added again); `DELIVERED`:
     TCP flows' bytes acknowledged by their receiver ("delivered") instead of "flow", except
-    in runs analysed before that series existed, which count "flow".
+    in runs analysed before that series existed, which count "flow".  table: the
+    timeseries of spec_out if already loaded (`run_table`).
     """
-    ts = run_table(spec_out, "timeseries")
+    ts = run_table(spec_out, "timeseries") if table is None else table
     if ts.empty:
         return None
     wanted = ts["kind"].isin(list(kinds))
@@ -444,7 +446,7 @@ def p3(paper: dict, out: Path, res: StudyResult) -> None:
                 ev = events[events["run_id"] == rid] if "run_id" in events else events
                 r_steps = applied_steps(spec, link, ev) if len(ev) else steps
                 rate_r = window_rate(spec_dir, t_h, t_to, run_filter={"run_id": rid},
-                                     kinds=DELIVERED)
+                                     kinds=DELIVERED, table=ts)
                 per_run.append((rate_r, ideal_rate(r_steps, t_h, t_to)))
             got = [(r, i) for r, i in per_run if r is not None and i > 0]
             rate = sum(r for r, _ in got) / len(got) if got else None
