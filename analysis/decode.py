@@ -148,8 +148,13 @@ def decode(buf: np.ndarray, start: np.ndarray, caplen: np.ndarray,
         keys["i6"] = i6
         q = p + 40
         good = np.ones(len(i6), bool)
-        for _ in range(4):
+        end6 = end[i6]
+        for _ in range(4):  # a bounded walk: chains of more headers are left undecoded
             ext = np.isin(nh, _IPV6_EXT) & good
+            cut = ext & (q + 8 > end6)  # the header lies past the captured bytes
+            if cut.any():
+                good[cut] = False
+                ext &= ~cut
             if not ext.any():
                 break
             e = np.flatnonzero(ext)

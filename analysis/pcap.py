@@ -34,6 +34,9 @@ from testbed.errors import CaptureFormatError
 
 DEFAULT_CHUNK_BYTES = 1 << 20  # keeps a chunk and its gathers in the CPU caches
 MAX_CAPLEN = 262144            # libpcap's largest snapshot length
+MAX_BLOCK_BYTES = 16 << 20     # largest pcapng block accepted (Wireshark: 16 MiB)
+MAX_TS_NS = 1 << 62            # |timestamp| limit: about 146 years from 1970 (year 2116)
+_MAX_DECIMAL_TSRES = 19        # if_tsresol 10^-19 s: a 64-bit counter of it spans 1.8 s
 _PAD = 64
 _PCAP_MAGICS = {b"\xd4\xc3\xb2\xa1": ("<", 1000), b"\xa1\xb2\xc3\xd4": (">", 1000),
                 b"\x4d\x3c\xb2\xa1": ("<", 1), b"\xa1\xb2\x3c\x4d": (">", 1)}
@@ -60,6 +63,30 @@ class _Iface:
     ts_mul: int = 1000     # ns per timestamp unit (when >= 1)
     ts_div: int = 1        # units per ns (when the resolution is finer than 1 ns)
     ts_offset_ns: int = 0
+    ts_shift: int = -1     # binary resolution 2^-shift s (-1: decimal, ts_mul / ts_div)
+
+    def to_ns(self, units: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(ns since the epoch as int64, ok mask) of raw 64-bit timestamps (uint64 array).
+
+        ok is False where the time lies beyond +-MAX_TS_NS; such entries hold 0.
+        """
+        u = units.astype(np.uint64)
+        if self.ts_shift >= 0:
+            k = self.ts_shift
+            whole = u >> np.uint64(k)
+            frac = u & np.uint64((1 << k) - 1)
+            if k > 30:  # keep 30 bits of the fraction: exact to well below 1 ns
+                frac, k = frac >> np.uint64(k - 30), 30
+            ok = whole <= np.uint64(MAX_TS_NS // 1_000_000_000)
+            sub = (frac * np.uint64(1_000_000_000)) >> np.uint64(k)
+            ns = np.where(ok, whole, 0).astype(np.int64) * 1_000_000_000 + sub.astype(np.int64)
+        elif self.ts_div == 1:
+            ok = u <= np.uint64(MAX_TS_NS // self.ts_mul)
+            ns = np.where(ok, u, 0).astype(np.int64) * self.ts_mul
+        else:
+            ns = (u // np.uint64(self.ts_div)).astype(np.int64)  # < 2^64 / 10 < MAX_TS_NS
+            ok = np.ones(len(u), bool)
+        return np.where(ok, ns + self.ts_offset_ns, 0), ok
 
 
 @dataclass
@@ -157,6 +184,8 @@ class _PcapWalker:
                 parts.append(np.flatnonzero(v == hi) * 2 + (start + k))
         cands = np.sort(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
         caplen = _u32(buf, cands + 8, s.endian)
+        plausible = caplen <= MAX_CAPLEN  # others go through step(), which checks
+        cands, caplen = cands[plausible], caplen[plausible]
         nxt = cands + 16 + caplen
 
         def step(pos: int) -> int | None:
@@ -208,7 +237,7 @@ class _PcapngWalker:
         cands = np.flatnonzero(words[:-2] == _EPB).astype(np.int64) * 4 + start if m > 2 \
             else np.zeros(0, np.int64)
         blen = _u32(buf, cands + 4, s.endian)
-        plausible = (blen >= 32) & (blen % 4 == 0)  # others go through step(), which checks
+        plausible = (blen >= 32) & (blen % 4 == 0) & (blen <= MAX_BLOCK_BYTES)  # others: step()
         cands, blen = cands[plausible], blen[plausible]
         nxt = cands + blen
         singles: list[tuple[int, int, int, int, int]] = []
@@ -221,6 +250,9 @@ class _PcapngWalker:
             bl = _int(buf, pos + 4, 4, s.endian)
             if bl < 12 or bl % 4:
                 raise _err(s, base + pos, f"block length {bl} is not a multiple of 4 >= 12")
+            if bl > MAX_BLOCK_BYTES:
+                raise _err(s, base + pos, f"block length {bl} exceeds the limit of "
+                           f"{MAX_BLOCK_BYTES} bytes")
             if pos + bl > end:
                 return None
             if _int(buf, pos + bl - 4, 4, s.endian) != bl:
@@ -257,56 +289,89 @@ class _PcapngWalker:
         if len(iface) and iface.max() >= len(s.ifaces):
             k = int(np.argmax(iface >= len(s.ifaces)))
             raise _err(s, base + int(pos[k]), "packet block names an undefined interface")
-        units = (_u32(buf, pos + 12, e) << 32) | _u32(buf, pos + 16, e)
+        units = (_u32(buf, pos + 12, e).astype(np.uint64) << np.uint64(32)) \
+            | _u32(buf, pos + 16, e).astype(np.uint64)
         ts = np.zeros(len(pos), np.int64)
         for k in np.unique(iface):
             sel = iface == k
-            f = s.ifaces[int(k)]
-            ts[sel] = units[sel] * f.ts_mul // f.ts_div + f.ts_offset_ns
+            ts[sel], ok = s.ifaces[int(k)].to_ns(units[sel])
+            if not ok.all():
+                bad_at = int(pos[np.flatnonzero(sel)[np.argmin(ok)]])
+                raise _err(s, base + bad_at, "packet timestamp beyond the year 2116")
         return Records(pos + 28, cl, _u32(buf, pos + 24, e), ts, iface.astype(np.uint16))
 
     def _block(self, buf, pos, btype, bl, base, singles, sections) -> None:
         s = self.s
         e = s.endian
         if btype == _SHB:
+            if bl < 28:
+                raise _err(s, base + pos, f"Section Header Block of {bl} bytes (at least 28)")
             bom = buf[pos + 8:pos + 12].tobytes()
             if bom != (b"\x4d\x3c\x2b\x1a" if e == "<" else b"\x1a\x2b\x3c\x4d"):
                 raise _err(s, base + pos, "pcapng sections of mixed byte order are not supported")
             s.section_base = len(s.ifaces)
             sections.append((pos, s.section_base))
         elif btype == _IDB:
-            s.ifaces.append(self._idb(buf, pos, bl))
+            if bl < 20:
+                raise _err(s, base + pos, f"Interface Description Block of {bl} bytes "
+                           "(at least 20)")
+            if len(s.ifaces) >= 65535:
+                raise _err(s, base + pos, "more than 65535 interfaces")
+            s.ifaces.append(self._idb(buf, pos, bl, base))
         elif btype == _EPB:
             r = self._epb(buf, np.array([pos], np.int64), base, sections)
             singles.append((int(r.data[0]), int(r.caplen[0]), int(r.wirelen[0]),
                             int(r.ts_ns[0]), int(r.iface[0])))
         elif btype == _SPB:
+            if len(s.ifaces) <= s.section_base:
+                raise _err(s, base + pos, "Simple Packet Block before any Interface "
+                           "Description Block")
+            if bl < 16:
+                raise _err(s, base + pos, f"Simple Packet Block of {bl} bytes (at least 16)")
             wl = _int(buf, pos + 8, 4, e)
             snap = s.ifaces[s.section_base].snaplen or MAX_CAPLEN
             singles.append((pos + 12, min(wl, bl - 16, snap), wl, 0, s.section_base))
         elif btype == _PB:
             k = s.section_base + _int(buf, pos + 8, 2, e)
-            f = s.ifaces[k]
+            if k >= len(s.ifaces):
+                raise _err(s, base + pos, "packet block names an undefined interface")
+            cl = _int(buf, pos + 20, 4, e)
+            if bl < 32 or cl > bl - 32:
+                raise _err(s, base + pos, "corrupt Packet Block")
             units = (_int(buf, pos + 12, 4, e) << 32) | _int(buf, pos + 16, 4, e)
-            singles.append((pos + 28, _int(buf, pos + 20, 4, e), _int(buf, pos + 24, 4, e),
-                            units * f.ts_mul // f.ts_div + f.ts_offset_ns, k))
+            ns, ok = s.ifaces[k].to_ns(np.array([units], np.uint64))
+            if not ok[0]:
+                raise _err(s, base + pos, "packet timestamp beyond the year 2116")
+            singles.append((pos + 28, cl, _int(buf, pos + 24, 4, e), int(ns[0]), k))
 
-    def _idb(self, buf: np.ndarray, pos: int, bl: int) -> _Iface:
-        e = self.s.endian
+    def _idb(self, buf: np.ndarray, pos: int, bl: int, base: int) -> _Iface:
+        s = self.s
+        e = s.endian
         f = _Iface(_int(buf, pos + 8, 2, e), _int(buf, pos + 12, 4, e), 1000, 1)
         o, oend = pos + 16, pos + bl - 4
         while o + 4 <= oend:
             code, ln = _int(buf, o, 2, e), _int(buf, o + 2, 2, e)
-            if code == 0:
+            if code == 0 or o + 4 + ln > oend:
                 break
             if code == 9 and ln >= 1:  # if_tsresol
                 r = int(buf[o + 4])
                 if r & 0x80:
-                    f.ts_mul, f.ts_div = 1_000_000_000, 2 ** (r & 0x7F)
+                    if (r & 0x7F) > 63:
+                        raise _err(s, base + o, f"if_tsresol 2^-{r & 0x7F} s is finer than "
+                                   "2^-63 s")
+                    f.ts_shift = r & 0x7F
+                elif r > _MAX_DECIMAL_TSRES:
+                    raise _err(s, base + o, f"if_tsresol 10^-{r} s is finer than "
+                               f"10^-{_MAX_DECIMAL_TSRES} s")
                 else:
                     f.ts_mul, f.ts_div = (10 ** (9 - r), 1) if r <= 9 else (1, 10 ** (r - 9))
-            elif code == 14 and ln >= 8:  # if_tsoffset (seconds)
-                f.ts_offset_ns = _int(buf, o + 4, 8, e) * 1_000_000_000
+            elif code == 14 and ln >= 8:  # if_tsoffset (seconds, signed)
+                off = int.from_bytes(buf[o + 4:o + 12].tobytes(), "little" if e == "<" else "big",
+                                     signed=True)
+                if abs(off) > MAX_TS_NS // 2 // 1_000_000_000:
+                    raise _err(s, base + o, f"if_tsoffset of {off} s is out of range "
+                               "(at most 2^61 ns)")
+                f.ts_offset_ns = off * 1_000_000_000
             o += 4 + (ln + 3) // 4 * 4
         return f
 
@@ -373,7 +438,11 @@ def iter_records(path: str | os.PathLike, chunk_bytes: int = DEFAULT_CHUNK_BYTES
     state = _State(str(p))
     if not p.is_file():
         raise CaptureFormatError(f"{p}: no such capture file; check the path")
-    with open(p, "rb") as fh:
+    try:
+        fh = open(p, "rb")  # noqa: SIM115 (closed by the with below)
+    except OSError as exc:
+        raise CaptureFormatError(f"{p}: cannot read the capture ({exc.strerror})") from None
+    with fh:
         head = fh.read(24)
         walker = _open(p, state, head)
         fh.seek(walker.first_record)
