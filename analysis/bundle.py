@@ -200,6 +200,7 @@ def _timeseries(caps: list[CaptureAnalysis], base: pd.DataFrame, meta: dict, t0:
     path_of = {stem: info.get("path") for stem, info in capture_interfaces(meta).items()}
     seen_paths: set[str] = set()
     for c in caps:
+        src = c.table.path
         ts = c.table.cols["ts_ns"]
         good = c.goodput_bytes()
         rows, flow, payload = c.data_bytes_per_packet()
@@ -211,7 +212,7 @@ def _timeseries(caps: list[CaptureAnalysis], base: pd.DataFrame, meta: dict, t0:
             s = kinds == kind
             if s.any():
                 parts.append(M.throughput_series(ts[rows[s]], payload[s], ids[s], bin_s, t0,
-                                                 good[rows[s]])
+                                                 good[rows[s]], src)
                              .assign(kind=kind, capture=c.name))
         # top-level TCP flows: bytes delivered in order, from the receiver's ACKs
         rrows, rflow, rbytes = c.delivered_bytes_per_packet()
@@ -219,12 +220,13 @@ def _timeseries(caps: list[CaptureAnalysis], base: pd.DataFrame, meta: dict, t0:
         at_rx = np.array([receiver.get(i) == c.name and not parent.get(i) for i in rids], bool)
         if at_rx.any():
             parts.append(M.throughput_series(ts[rrows[at_rx]], rbytes[at_rx], rids[at_rx],
-                                             bin_s, t0).assign(kind="delivered", capture=c.name))
+                                             bin_s, t0, source=src)
+                         .assign(kind="delivered", capture=c.name))
         par = np.array([parent.get(i, "") for i in ids], object)
         s = par != ""
         if s.any():
             parts.append(M.throughput_series(ts[rows[s]], payload[s], par[s], bin_s, t0,
-                                             good[rows[s]])
+                                             good[rows[s]], src)
                          .assign(kind="connection", capture=c.name))
         allp = c.table.cols["payload"].astype(np.int64)
         ip = np.flatnonzero(c.table.cols["ip_ver"] > 0)
@@ -235,7 +237,7 @@ def _timeseries(caps: list[CaptureAnalysis], base: pd.DataFrame, meta: dict, t0:
             keys.append(("path", path))
         for kind, key in keys:
             parts.append(M.throughput_series(ts[ip], allp[ip], np.full(len(ip), key, object),
-                                             bin_s, t0, good[ip])
+                                             bin_s, t0, good[ip], src)
                          .assign(kind=kind, capture=c.name))
     if not parts:
         return pd.DataFrame({k: [] for k in TIMESERIES_COLUMNS})

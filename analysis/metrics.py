@@ -31,6 +31,7 @@ import pandas as pd
 
 from analysis import table as T
 from analysis.flows import Flows, key_token
+from testbed.errors import InputError
 
 _W32 = 1 << 32
 
@@ -410,27 +411,47 @@ def connection_table(dsn: pd.DataFrame, flows: pd.DataFrame) -> pd.DataFrame:
 
 
 SERIES_COLUMNS = ["key", "t", "t_rel", "bin_s", "bytes", "rate_bps", "goodput_bps"]
+MAX_SERIES_BINS = 1_000_000  # bins of one series (key): 1000 s of 1 ms bins, 27 h of 0.1 s
+
+
+class SeriesLimitError(InputError):
+    """A time series would need more than `MAX_SERIES_BINS` bins."""
 
 
 def throughput_series(ts_ns: np.ndarray, nbytes: np.ndarray, keys: np.ndarray, bin_s: float,
-                      t0: float, good: np.ndarray | None = None) -> pd.DataFrame:
+                      t0: float, good: np.ndarray | None = None, source: str = ""
+                      ) -> pd.DataFrame:
     """Throughput and goodput per key per time bin.
 
     ts_ns: packet times; nbytes: payload bytes per packet; keys: series key per packet;
     bin_s: bin width (s); t0: time origin (s, epoch); good: bytes per packet that count as
-    goodput (default: all; pass 0 for retransmissions).  Columns: key, t (bin start, epoch
-    s), t_rel (s since t0), bin_s, bytes, rate_bps, goodput_bps.  Bins between a key's first and
-    last are present with 0.
+    goodput (default: all; pass 0 for retransmissions); source: the capture, for messages.
+    Columns: key, t (bin start, epoch s), t_rel (s since t0), bin_s, bytes, rate_bps,
+    goodput_bps.  Bins between a key's first and last are present with 0, so one series
+    holds at most `MAX_SERIES_BINS` bins: a longer one raises `SeriesLimitError` (memory
+    stays bounded whatever the capture's timestamps say).
     """
+    if not (np.isfinite(bin_s) and bin_s > 0):
+        raise SeriesLimitError(f"time-series bin width {bin_s!r} s: expected a positive "
+                               "number of seconds")
     if not len(ts_ns):
         return pd.DataFrame({k: [] for k in SERIES_COLUMNS})
-    b = np.floor((ts_ns / 1e9 - t0) / bin_s).astype(np.int64)
+    rel = np.floor((ts_ns / 1e9 - t0) / bin_s)
+    lim = float(1 << 62)
+    b = np.clip(rel, -lim, lim).astype(np.int64)
     df = pd.DataFrame({"key": keys, "bin": b, "bytes": nbytes,
                        "good": nbytes if good is None else good})
     s = df.groupby(["key", "bin"])[["bytes", "good"]].sum()
     parts = []
     for key, sub in s.groupby(level=0):
         bins = sub.index.get_level_values(1)
+        span = int(bins.max()) - int(bins.min()) + 1
+        if span > MAX_SERIES_BINS:
+            where = f"{source}: " if source else ""
+            raise SeriesLimitError(
+                f"{where}series {key!s} spans {span * bin_s:.6g} s, {span} bins of "
+                f"{bin_s:g} s (limit {MAX_SERIES_BINS} bins); choose a coarser bin width or "
+                "check the capture's timestamps")
         full = sub.droplevel(0).reindex(range(bins.min(), bins.max() + 1), fill_value=0)
         parts.append(pd.DataFrame({"key": key, "bin": full.index, "bytes": full["bytes"],
                                    "good": full["good"]}))

@@ -8,6 +8,7 @@ overwrites, truncations, splices of the valid captures under tests/data) to the 
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import struct
 from pathlib import Path
@@ -17,9 +18,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from analysis.bundle import build_tables
 from analysis.capture import CaptureAnalysis
 from analysis.pcap import MAX_BLOCK_BYTES, read_packets
-from testbed.errors import CaptureFormatError
+from analysis.samples import empty_appflows
+from testbed.errors import CaptureFormatError, InputError
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "analysis"
 SEEDS = [p.read_bytes() for p in sorted(DATA.glob("*.pcap*"))]
@@ -241,7 +244,21 @@ def test_mutated_captures_end_in_a_capture_error_or_a_table(fuzz_file, case):
 def test_mutated_captures_through_the_whole_analysis(fuzz_file, case):
     data, chunk = case
     fuzz_file.write_bytes(data)
-    try:
-        CaptureAnalysis.of(fuzz_file, chunk)
-    except CaptureFormatError:
-        pass
+    with contextlib.suppress(InputError):  # a capture error, or a series beyond its limit
+        ca = CaptureAnalysis.of(fuzz_file, chunk)
+        build_tables([ca], {}, empty_appflows(), 0.1)
+
+
+def test_time_series_bins_are_bounded(tmp_path):
+    from analysis import metrics as M
+
+    # two packets three years apart, 1 ms bins: refused with the limit, not 9e10 rows
+    ts = np.array([1_600_000_000 * 10**9, (1_600_000_000 + 3 * 365 * 86400) * 10**9])
+    with pytest.raises(M.SeriesLimitError, match=rf"c\.pcap: series k spans .* \(limit "
+                       rf"{M.MAX_SERIES_BINS} bins\)"):
+        M.throughput_series(ts, np.array([1, 1]), np.array(["k", "k"], object), 0.001,
+                            1.6e9, source="c.pcap")
+    ok = M.throughput_series(ts, np.array([1, 1]), np.array(["a", "b"], object), 0.001, 1.6e9)
+    assert len(ok) == 2
+    with pytest.raises(M.SeriesLimitError, match="bin width"):
+        M.throughput_series(ts, np.array([1, 1]), np.array(["k", "k"], object), 0.0, 1.6e9)
