@@ -25,7 +25,7 @@ import pandas as pd
 from analysis import metrics as M
 from analysis import samples as S
 from analysis.capture import CaptureAnalysis
-from analysis.pcap import DEFAULT_CHUNK_BYTES
+from analysis.pcap import DEFAULT_CHUNK_BYTES, Progress
 
 FLOW_COLUMNS = ["flow_id", "capture", "capture_receiver", "protocol", "proto", "parent",
                 "mptcp_token", "mptcp_role", "src_addr", "sport", "dst_addr", "dport",
@@ -274,16 +274,18 @@ def headline(flows: pd.DataFrame) -> dict:
 
 
 def analyze_bundle(run_dir: str | Path, bin_s: float = DEFAULT_BIN_S,
-                   chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> dict:
+                   chunk_bytes: int = DEFAULT_CHUNK_BYTES, progress: Progress | None = None
+                   ) -> dict:
     """Compute ``RUN/metrics/*.parquet`` and return the run's headline metrics.
 
-    run_dir: a result bundle; bin_s: throughput bin (s); chunk_bytes: capture read buffer.
+    run_dir: a result bundle; bin_s: throughput bin (s); chunk_bytes: capture read buffer;
+    progress: called with (capture, bytes read, its size) while reading (`analysis.pcap`).
     Missing inputs (no captures, no samples) give empty tables with the right columns.
     Raises `CaptureFormatError` for a corrupt capture before anything is written.
     """
     run = Path(run_dir)
     meta = load_metadata(run)
-    caps = [CaptureAnalysis.of(p, chunk_bytes) for p in captures_of(run)]
+    caps = [CaptureAnalysis.of(p, chunk_bytes, progress) for p in captures_of(run)]
     app = S.read_jsonl(run / "samples" / "flows.jsonl", S.APPFLOW_COLUMNS)
     tables = build_tables(caps, meta, app, bin_s)
     rtt = pd.concat([c.rtt() for c in caps], ignore_index=True) if caps else \

@@ -11,7 +11,7 @@ import pandas as pd
 
 from analysis import metrics as M
 from analysis.flows import Flows, find_flows
-from analysis.pcap import DEFAULT_CHUNK_BYTES, read_packets
+from analysis.pcap import DEFAULT_CHUNK_BYTES, Progress, read_packets
 from analysis.table import PacketTable
 
 FLOW_ID_COLUMNS = ["proto", "src_addr", "sport", "dst_addr", "dport"]
@@ -45,10 +45,11 @@ class CaptureAnalysis:
     connections: pd.DataFrame
 
     @classmethod
-    def of(cls, path: str | os.PathLike, chunk_bytes: int = DEFAULT_CHUNK_BYTES
-           ) -> CaptureAnalysis:
-        """Read and analyse the capture at path (chunk_bytes: read-buffer size)."""
-        tbl = read_packets(path, chunk_bytes)
+    def of(cls, path: str | os.PathLike, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+           progress: Progress | None = None) -> CaptureAnalysis:
+        """Read and analyse the capture at path (chunk_bytes: read-buffer size; progress:
+        called with (path, bytes read, file size) while reading, see `analysis.pcap`)."""
+        tbl = read_packets(path, chunk_bytes, progress)
         fl = find_flows(tbl)
         seg = M.segments(tbl, fl)
         rows = M.flow_table(tbl, fl, seg)

@@ -34,9 +34,11 @@ def analyze_files(paths: list[Path], out: Path | None, bin_s: float,
     """
     from analysis.bundle import build_tables
     from analysis.capture import CaptureAnalysis
+    from analysis.pcap import stderr_progress
     from analysis.samples import empty_appflows, write_atomic, write_parquet
 
-    caps = [CaptureAnalysis.of(p, chunk_bytes) for p in paths]  # all read before any write
+    show = stderr_progress()  # a line on stderr now and then while reading a large capture
+    caps = [CaptureAnalysis.of(p, chunk_bytes, show) for p in paths]  # all read before writing
     tables = build_tables(caps, {}, empty_appflows(), bin_s)
     if out is not None:
         import pyarrow.parquet as pq

@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from collections.abc import Iterator
+import sys
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 import pandas as pd
@@ -428,11 +431,41 @@ def _open(path: Path, state: _State, head: bytes):
     raise _err(state, 0, "not a pcap or pcapng file (unknown magic number)")
 
 
-def iter_records(path: str | os.PathLike, chunk_bytes: int = DEFAULT_CHUNK_BYTES
+Progress = Callable[[str, int, int], None]
+"""progress(path, bytes_read, total_bytes), called after each chunk is read."""
+
+
+def stderr_progress(min_bytes: int = 256 << 20, every_s: float = 1.0,
+                    stream: TextIO | None = None) -> Progress:
+    """A `Progress` that prints ``capture: 42% (512/1200 MB)`` lines on stderr.
+
+    min_bytes: captures smaller than this stay silent; every_s: at most one line per this
+    many seconds (and one at the end); stream: where to print (default sys.stderr).
+    """
+    last = {"t": float("-inf")}
+
+    def show(path: str, done: int, total: int) -> None:
+        if total < min_bytes:
+            return
+        now = time.monotonic()
+        if done < total and now - last["t"] < every_s:
+            return
+        last["t"] = now
+        out = stream or sys.stderr
+        print(f"{path}: {100 * done // max(total, 1)}% ({done / 1e6:.0f}/{total / 1e6:.0f} MB "
+              "read)", file=out, flush=True)
+
+    return show
+
+
+def iter_records(path: str | os.PathLike, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+                 progress: Progress | None = None
                  ) -> Iterator[tuple[np.ndarray, Records, _State]]:
     """Yield (buffer, records, state) per chunk; the buffer is reused by the next chunk.
 
-    path: capture file; chunk_bytes: bytes read per chunk (grown when one record is larger).
+    path: capture file; chunk_bytes: bytes read per chunk (grown when one record is larger,
+    up to MAX_BLOCK_BYTES); progress: called with (path, bytes read, file size) per chunk.
+    Memory: the buffer (chunk_bytes, at most twice the largest record) whatever the file size.
     """
     p = Path(path)
     state = _State(str(p))
@@ -450,12 +483,16 @@ def iter_records(path: str | os.PathLike, chunk_bytes: int = DEFAULT_CHUNK_BYTES
         size = max(int(chunk_bytes), 64)
         buf = np.zeros(size + _PAD + 8, np.uint8)
         have = 0
+        read, total = walker.first_record, os.fstat(fh.fileno()).st_size
         eof = False
         while True:
             if not eof:
                 n = fh.readinto(memoryview(buf)[have:size])
                 eof = n == 0 or have + n < size
                 have += n
+                read += n
+                if progress is not None:
+                    progress(str(p), read, max(total, read))
             buf[have:have + _PAD] = 0
             recs, stop = walker.records(buf, 0, have, base)
             if len(recs.data):
@@ -476,10 +513,12 @@ def iter_records(path: str | os.PathLike, chunk_bytes: int = DEFAULT_CHUNK_BYTES
             have = rest
 
 
-def read_packets(path: str | os.PathLike, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> T.PacketTable:
+def read_packets(path: str | os.PathLike, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+                 progress: Progress | None = None) -> T.PacketTable:
     """Read and decode a whole capture into a `PacketTable`.
 
-    path: pcap or pcapng file; chunk_bytes: read-buffer size (results do not depend on it).
+    path: pcap or pcapng file; chunk_bytes: read-buffer size (results do not depend on it);
+    progress: see `iter_records`.
     Raises `CaptureFormatError` (file and byte offset) for a truncated or corrupt capture.
     """
     book = _AddressBook()
@@ -487,7 +526,7 @@ def read_packets(path: str | os.PathLike, chunk_bytes: int = DEFAULT_CHUNK_BYTES
     side_parts: dict[str, list[dict[str, np.ndarray]]] = {k: [] for k in T.SIDE_COLUMNS}
     state = None
     rows = 0
-    for buf, recs, state in iter_records(path, chunk_bytes):
+    for buf, recs, state in iter_records(path, chunk_bytes, progress):
         lts = np.array([f.linktype for f in state.ifaces], np.int64)
         lt = int(lts[0]) if len(lts) == 1 else lts[recs.iface]
         cols, side, keys = D.decode(buf, recs.data, recs.caplen, lt)

@@ -9,6 +9,7 @@ overwrites, truncations, splices of the valid captures under tests/data) to the 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import signal
 import struct
 from pathlib import Path
@@ -167,6 +168,19 @@ def test_unreadable_file(tmp_path):
 
 # -- property-based: mutated captures ------------------------------------------------------
 
+def _crafted_seed() -> bytes:
+    """A small pcapng with the block kinds and options real captures rarely hold."""
+    tcp = struct.pack(">HHIIBBH", 1, 2, 3, 4, 8 << 4, 0x18, 100) + bytes(4) \
+        + bytes([1, 1, 8, 10]) + bytes(8) + bytes([30, 12, 0x20, 0x03]) + bytes(8)
+    v6 = _frame_v6(0, bytes([44, 0]) + bytes(6) + bytes([6, 0]) + bytes(6), tcp)
+    pb = _block(2, struct.pack("<HHIIII", 1, 0, 0, 1000, 60, 60) + bytes(60))
+    return (_shb() + _idb(_opt(9, bytes([6])) + _opt(14, struct.pack("<q", 5)))
+            + _idb(_opt(9, bytes([0x80 | 20])), linktype=101, snaplen=96)
+            + _epb(v6) + _spb(v6) + pb + _epb(tcp[:40], iface=1) + _shb() + _idb() + _epb(v6))
+
+
+SEEDS.append(_crafted_seed())
+
 _INTERESTING = (0x00, 0x01, 0x7F, 0x80, 0xFF)
 
 
@@ -262,3 +276,25 @@ def test_time_series_bins_are_bounded(tmp_path):
     assert len(ok) == 2
     with pytest.raises(M.SeriesLimitError, match="bin width"):
         M.throughput_series(ts, np.array([1, 1]), np.array(["k", "k"], object), 0.0, 1.6e9)
+
+
+def test_progress_reports_bytes_read_of_total(tmp_path):
+    import io
+
+    from analysis.pcap import stderr_progress
+
+    data = _shb() + _idb() + _epb(bytes(60)) * 200
+    p = _write(tmp_path, data)
+    seen = []
+    read_packets(p, chunk_bytes=1024, progress=lambda path, done, total: seen.append((done,
+                                                                                      total)))
+    assert seen[-1] == (len(data), len(data)) and len(seen) > 5
+    assert all(a[0] <= b[0] for a, b in itertools.pairwise(seen))
+    out = io.StringIO()
+    show = stderr_progress(min_bytes=1000, every_s=3600, stream=out)
+    read_packets(p, chunk_bytes=1024, progress=show)
+    lines = out.getvalue().splitlines()
+    assert lines[-1] == f"{p}: 100% (0/0 MB read)" and len(lines) == 2  # first, then the end
+    quiet = io.StringIO()
+    read_packets(p, progress=stderr_progress(stream=quiet))
+    assert quiet.getvalue() == ""
