@@ -203,30 +203,30 @@ def _timeseries(caps: list[CaptureAnalysis], base: pd.DataFrame, meta: dict, t0:
         src = c.table.path
         ts = c.table.cols["ts_ns"]
         good = c.goodput_bytes()
+        # per flow (not per packet): which series its packets go to
+        fid = c.flow_rows["flow_id"].to_numpy()
+        f_mine = np.array([chosen.get(i) == c.name for i in fid], bool)
+        f_par = np.array([parent.get(i) or "" for i in fid], object)
+        f_rx = np.array([receiver.get(i) == c.name and not parent.get(i) for i in fid], bool)
         rows, flow, payload = c.data_bytes_per_packet()
-        ids = c.flow_rows["flow_id"].to_numpy()[flow]
-        mine = np.array([chosen.get(i) == c.name for i in ids], bool)
-        rows, ids, payload = rows[mine], ids[mine], payload[mine]
-        kinds = np.array(["subflow" if parent.get(i) else "flow" for i in ids], object)
-        for kind in ("flow", "subflow"):
-            s = kinds == kind
+        mine = f_mine[flow]
+        rows, flow, payload = rows[mine], flow[mine], payload[mine]
+        sub = f_par[flow] != ""
+        for kind, s in (("flow", ~sub), ("subflow", sub)):
             if s.any():
-                parts.append(M.throughput_series(ts[rows[s]], payload[s], ids[s], bin_s, t0,
-                                                 good[rows[s]], src)
+                parts.append(M.throughput_series(ts[rows[s]], payload[s], flow[s], bin_s, t0,
+                                                 good[rows[s]], src, key_names=fid)
                              .assign(kind=kind, capture=c.name))
         # top-level TCP flows: bytes delivered in order, from the receiver's ACKs
         rrows, rflow, rbytes = c.delivered_bytes_per_packet()
-        rids = c.flow_rows["flow_id"].to_numpy()[rflow]
-        at_rx = np.array([receiver.get(i) == c.name and not parent.get(i) for i in rids], bool)
+        at_rx = f_rx[rflow]
         if at_rx.any():
-            parts.append(M.throughput_series(ts[rrows[at_rx]], rbytes[at_rx], rids[at_rx],
-                                             bin_s, t0, source=src)
+            parts.append(M.throughput_series(ts[rrows[at_rx]], rbytes[at_rx], rflow[at_rx],
+                                             bin_s, t0, source=src, key_names=fid)
                          .assign(kind="delivered", capture=c.name))
-        par = np.array([parent.get(i, "") for i in ids], object)
-        s = par != ""
-        if s.any():
-            parts.append(M.throughput_series(ts[rows[s]], payload[s], par[s], bin_s, t0,
-                                             good[rows[s]], src)
+        if sub.any():
+            parts.append(M.throughput_series(ts[rows[sub]], payload[sub], flow[sub], bin_s, t0,
+                                             good[rows[sub]], src, key_names=f_par)
                          .assign(kind="connection", capture=c.name))
         allp = c.table.cols["payload"].astype(np.int64)
         ip = np.flatnonzero(c.table.cols["ip_ver"] > 0)
@@ -236,8 +236,9 @@ def _timeseries(caps: list[CaptureAnalysis], base: pd.DataFrame, meta: dict, t0:
             seen_paths.add(path)
             keys.append(("path", path))
         for kind, key in keys:
-            parts.append(M.throughput_series(ts[ip], allp[ip], np.full(len(ip), key, object),
-                                             bin_s, t0, good[ip], src)
+            parts.append(M.throughput_series(ts[ip], allp[ip], np.zeros(len(ip), np.int64),
+                                             bin_s, t0, good[ip], src,
+                                             key_names=np.array([key], object))
                          .assign(kind=kind, capture=c.name))
     if not parts:
         return pd.DataFrame({k: [] for k in TIMESERIES_COLUMNS})
