@@ -1,36 +1,41 @@
-"""How fast does analysis read a capture, next to tshark and dpkt, on the same file?
+"""How fast and in how much memory does analysis turn captures into tables, next to tshark?
 
-Makes a realistic capture (two MPTCP subflows: data segments with timestamps and a DSS
-mapping, ACKs with a data ACK and now and then a SACK block; 128-byte snaplen), then times
-on one core, in the same run:
+Makes realistic captures (two MPTCP subflows: data segments with timestamps and a DSS
+mapping, ACKs with a data ACK and now and then a SACK block; 128-byte snaplen) of 1 M and
+10 M packets, and times each stage on one core, each in a fresh process so that its peak
+resident memory (RSS, which includes the Python interpreter and its imports, about 100 MB)
+is its own:
 
-* ``analysis.pcap.read_packets`` (what ``testbed analyze`` reads with),
-* ``tshark -T fields`` with nine fields,
-* dpkt parsing every packet into Ethernet/IP/TCP objects,
+* the reader alone: every chunk read and decoded, nothing kept (`analysis.pcap.iter_records`
+  + `analysis.decode.decode`);
+* the reader building the packet table (`analysis.pcap.read_packets`);
+* the whole pipeline: `analysis.bundle.analyze_bundle` on a bundle holding the capture --
+  flows, sequence analysis, reordering, RTT, MPTCP data level, time series, every
+  ``metrics/*.parquet`` written;
+* ``tshark -T fields`` with nine fields (only on captures up to ``--tshark-max`` packets:
+  it reads about 25 k packets/s, so 10 M packets take 7 minutes).
 
-and prints packets/s, the speed-up over tshark and the reader's peak memory per packet
-(numpy allocations traced while reading, so the read buffer is included).  Rates are given
-per CPU-second of the process (children for tshark) -- robust on a shared, busy machine --
-and per wall-clock second.
+Rates are per CPU-second of the process (robust on a shared, busy machine) and per
+wall-clock second.
 
-    .venv/bin/python benchmarks/analysis_speed.py [--packets 300000] [--keep FILE]
+    .venv/bin/python benchmarks/analysis_speed.py [--packets 1000000 10000000] [--dir DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import shutil
+import sys
 import tempfile
 import time
-import tracemalloc
 from pathlib import Path
 
 import numpy as np
 
 from analysis import tshark
-from analysis.capture import CaptureAnalysis
 from analysis.pcap import read_packets
 from testbed.commands import CommandRunner
 
@@ -58,13 +63,30 @@ def _frame(kind: str) -> bytes:
     return eth + ip + tcp + opts
 
 
-def synth_capture(path: Path, packets: int, seed: int = 1) -> int:
+def synth_capture(path: Path, packets: int, seed: int = 1, block: int = 300_000) -> int:
     """Write a classic pcap of about `packets` packets; returns the number written.
 
-    path: output file; packets: target count (a multiple of 3 is used); seed: RNG seed.
+    path: output file; packets: target count (a multiple of 3 is used); seed: RNG seed;
+    block: packets generated at a time (memory stays flat for captures of any size).
     """
     rng = np.random.default_rng(seed)
-    m = max(packets // 3, 1)                       # pattern: data, data, ack
+    total = max(packets // 3, 1)                   # pattern: data, data, ack
+    header = (np.array([0xA1B2C3D4], "<u4").tobytes() + np.array([2, 4], "<u2").tobytes()
+              + np.array([0, 0, SNAP, 1], "<u4").tobytes())
+    t_end = 1_700_000_000.0
+    step = max(block // 6 * 2, 2)
+    with open(path, "wb") as fh:
+        fh.write(header)
+        for m0 in range(0, total, step):
+            mat, t_end = _synth_block(rng, m0, min(step, total - m0), t_end)
+            fh.write(mat.tobytes())
+    return 3 * total
+
+
+def _synth_block(rng: np.random.Generator, m0: int, m: int, t_start: float
+                 ) -> tuple[np.ndarray, float]:
+    """Records m0 .. m0 + m of the data-data-ack pattern, as an (m, record bytes) matrix."""
+    idx = m0 + np.arange(m)
     rec_d, rec_a = 16 + SNAP, 16 + ACK_HDR
     width = 2 * rec_d + rec_a
     mat = np.zeros((m, width), np.uint8)
@@ -73,8 +95,8 @@ def synth_capture(path: Path, packets: int, seed: int = 1) -> int:
     for k in range(2):
         mat[:, 16 + k * rec_d:16 + k * rec_d + len(d)] = d
     mat[:, 2 * rec_d + 16:2 * rec_d + 16 + len(a)] = a
-    t = 1_700_000_000.0 + np.cumsum(rng.exponential(2e-5, 3 * m)).reshape(m, 3)
-    flow = np.arange(m) % 2                         # two subflows, alternating
+    t = t_start + np.cumsum(rng.exponential(2e-5, 3 * m)).reshape(m, 3)
+    flow = idx % 2                         # two subflows, alternating
     dsn0 = np.uint64(0x1122334455667788)
     for k in range(3):
         o = [0, rec_d, 2 * rec_d][k]
@@ -90,7 +112,7 @@ def synth_capture(path: Path, packets: int, seed: int = 1) -> int:
         _put_le(8, np.full(m, caplen))
         _put_le(12, np.full(m, wire))
         f = o + 16
-        seg = 2 * (np.arange(m) // 2) + k           # segment index within the subflow
+        seg = 2 * (idx // 2) + k           # segment index within the subflow
         data_side = k < 2
         src = np.where(flow == 0, 0x0A000101, 0x0A000201)
         dst = np.full(m, 0x0A000002)
@@ -98,7 +120,7 @@ def synth_capture(path: Path, packets: int, seed: int = 1) -> int:
         if not data_side:
             src, dst, sp, dp = dst, src, dp, sp
         _put(mat, f + 16, 2, np.full(m, wire - 14))
-        _put(mat, f + 18, 2, (3 * np.arange(m) + k) & 0xFFFF)
+        _put(mat, f + 18, 2, (3 * idx + k) & 0xFFFF)
         _put(mat, f + 26, 4, src)
         _put(mat, f + 30, 4, dst)
         _put(mat, f + 34, 2, sp)
@@ -111,28 +133,23 @@ def synth_capture(path: Path, packets: int, seed: int = 1) -> int:
         _put(mat, f + 62, 4, tsv - 20)
         if data_side:
             _put(mat, f + 70, 8, np.full(m, 0x99AABBCC, np.uint64))
-            _put(mat, f + 78, 8, dsn0 + (np.arange(m, dtype=np.uint64) * 2 + k) * MSS)
+            _put(mat, f + 78, 8, dsn0 + (idx.astype(np.uint64) * 2 + k) * MSS)
             _put(mat, f + 86, 4, 1 + seg * MSS)
             _put(mat, f + 90, 2, np.full(m, MSS))
         else:
-            _put(mat, f + 70, 8, dsn0 + np.arange(m, dtype=np.uint64) * 2 * MSS)
+            _put(mat, f + 70, 8, dsn0 + idx.astype(np.uint64) * 2 * MSS)
     # now and then an ACK carries a SACK block in place of its DSS option (same length)
     sack_rows = np.flatnonzero(rng.random(m) < 0.02)
     o = 2 * rec_d + 16 + 66
     sub = mat[sack_rows]
     sub[:, o:o + 12] = np.frombuffer(bytes([1, 1, 5, 10]) + bytes(8), np.uint8)
-    sub_left = (1000 + (sack_rows + 4) * MSS) & 0xFFFFFFFF
+    sub_left = (1000 + (m0 + sack_rows + 4) * MSS) & 0xFFFFFFFF
     tmp = sub[:, o + 4:o + 12]
     tmp[:, :4] = sub_left.astype(">u4").view(np.uint8).reshape(-1, 4)
     tmp[:, 4:] = (sub_left + MSS).astype(">u4").view(np.uint8).reshape(-1, 4)
     sub[:, o + 4:o + 12] = tmp
     mat[sack_rows] = sub
-    header = (np.array([0xA1B2C3D4], "<u4").tobytes() + np.array([2, 4], "<u2").tobytes()
-              + np.array([0, 0, SNAP, 1], "<u4").tobytes())
-    with open(path, "wb") as fh:
-        fh.write(header)
-        fh.write(mat.tobytes())
-    return 3 * m
+    return mat, float(t[-1, 2])
 
 
 def _pin_one_core() -> None:
@@ -158,15 +175,6 @@ def _time(fn, repeat: int = 1) -> tuple[float, float]:
     return cpu, wall
 
 
-def _peak_bytes(fn) -> int:
-    tracemalloc.start()
-    try:
-        fn()
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-
-
 def _dpkt_parse(path: Path) -> int:
     import dpkt
 
@@ -182,43 +190,118 @@ def _dpkt_parse(path: Path) -> int:
     return n
 
 
-def main() -> None:
-    """Build the capture, time the three readers, print the table."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--packets", type=int, default=300_000)
-    ap.add_argument("--keep", type=Path, help="also keep the capture at this path")
-    ap.add_argument("--repeat", type=int, default=3, help="best of N for the fast reader")
-    args = ap.parse_args()
+def _bundle(cap: Path, where: Path) -> Path:
+    """A minimal run bundle holding cap (hard-linked when possible) for analyze_bundle."""
+    run = where / f"run-{cap.stem}"
+    (run / "pcap").mkdir(parents=True, exist_ok=True)
+    dst = run / "pcap" / "server-server-eth0.pcap"
+    if not dst.exists():
+        try:
+            os.link(cap, dst)
+        except OSError:
+            shutil.copyfile(cap, dst)
+    (run / "metadata.json").write_text(json.dumps({
+        "t0": 1_700_000_000.0, "interfaces": {
+            "server-eth0": {"host": "server", "path": "p0", "addr": "10.0.0.2"},
+            "client-eth0": {"host": "client", "path": "p0", "addr": "10.0.1.1"},
+            "client-eth1": {"host": "client", "path": "p1", "addr": "10.0.2.1"}}}))
+    return run
+
+
+def _stream_decode(cap: Path) -> int:
+    """Decode every chunk of cap and keep nothing: the reader's own speed and memory."""
+    from analysis import decode as D
+    from analysis.pcap import iter_records
+
+    n = 0
+    for buf, recs, state in iter_records(cap):
+        D.decode(buf, recs.data, recs.caplen, state.ifaces[0].linktype)
+        n += len(recs.data)
+    return n
+
+
+def measure(stage: str, cap: Path) -> dict:
+    """Run one stage on cap in this process; return cpu/wall seconds and peak RSS (MB)."""
     _pin_one_core()
-    tmp = Path(tempfile.mkdtemp(prefix="analysis-speed-"))
+    import pandas  # noqa: F401  (imports are not what is measured)
+
+    from analysis.bundle import analyze_bundle
+    from analysis.capture import CaptureAnalysis  # noqa: F401
+
+    base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if stage == "decode":
+        fn = lambda: _stream_decode(cap)  # noqa: E731
+    elif stage == "reader":
+        fn = lambda: read_packets(cap)  # noqa: E731
+    else:
+        run = _bundle(cap, cap.parent)
+        fn = lambda: analyze_bundle(run)  # noqa: E731
+    cpu, wall = _time(fn)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"cpu": cpu, "wall": wall, "rss_mb": peak, "base_rss_mb": base_rss}
+
+
+STAGES = (("decode", "reader: decode every chunk, keep nothing"),
+          ("reader", "reader: read_packets -> packet table"),
+          ("pipeline", "pipeline: analyze_bundle, every table"))
+
+
+def main() -> None:
+    """Build the captures, time each stage in a fresh process, print the table."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--packets", type=int, nargs="+", default=[1_000_000, 10_000_000],
+                    help="capture sizes to measure (packets)")
+    ap.add_argument("--dir", type=Path, help="where to write the captures (default: a "
+                    "temporary folder, removed at the end)")
+    ap.add_argument("--tshark-max", type=int, default=2_000_000,
+                    help="run tshark only on captures of at most this many packets")
+    ap.add_argument("--dpkt", action="store_true", help="also time dpkt")
+    ap.add_argument("--measure", nargs=2, metavar=("STAGE", "CAPTURE"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.measure:
+        print(json.dumps(measure(args.measure[0], Path(args.measure[1]))))
+        return
+    _pin_one_core()
+    tmp = Path(tempfile.mkdtemp(prefix="analysis-speed-", dir=args.dir))
+    runner = CommandRunner()
     try:
-        cap = args.keep or tmp / "bench.pcap"
-        n = synth_capture(cap, args.packets)
-        size = cap.stat().st_size
-        print(f"capture: {n} packets, {size / 1e6:.1f} MB, snaplen {SNAP}, one core")
-        table = read_packets(cap)
-        assert len(table) == n, (len(table), n)
-        peak = _peak_bytes(lambda: read_packets(cap))
-        rows = [("testbed analyze reader (analysis.pcap)",
-                 _time(lambda: read_packets(cap), args.repeat)),
-                ("  + flows, sequence analysis, metrics", _time(lambda: CaptureAnalysis.of(cap)))]
-        ts = None
-        if shutil.which("tshark"):
-            runner = CommandRunner()
-            argv = tshark.fields_argv(cap, tshark.BENCH_FIELDS)
-            ts = _time(lambda: runner.run(argv, timeout=3600))
-            rows.append(("tshark -T fields (9 fields)", ts))
-        else:
-            print("tshark is not installed: no tshark row")
-        rows.append(("dpkt (Ethernet/IP/TCP objects + options)", _time(lambda: _dpkt_parse(cap))))
-        print(f"{'reader':44s} {'pkts/cpu-s':>12s} {'pkts/wall-s':>12s} {'x tshark':>9s}")
-        for name, (cpu, wall) in rows:
-            x = f"{ts[0] / cpu:9.1f}" if ts else f"{'-':>9s}"
-            print(f"{name:44s} {n / cpu:12,.0f} {n / wall:12,.0f} {x}")
-        print(f"reader peak memory {peak / n:.1f} bytes/packet (table {table.nbytes / n:.1f}, "
-              f"the rest is the read buffer and per-chunk temporaries)")
-        print(f"load average during the run: {os.getloadavg()[0]:.2f} "
-              f"on {os.cpu_count()} cores")
+        print(f"{'capture':>12s}  {'stage':42s} {'pkts/cpu-s':>11s} {'pkts/wall-s':>11s} "
+              f"{'RSS MB (+ over imports)':>14s} {'x tshark':>8s}")
+        for want in args.packets:
+            cap = tmp / f"bench-{want}.pcap"
+            n = synth_capture(cap, want)
+            label = f"{n / 1e6:.1f} M pkts"
+            rows = []
+            for stage, name in STAGES:
+                out = runner.run([sys.executable, __file__, "--measure", stage, str(cap)],
+                                 timeout=7200, record=False).stdout
+                r = json.loads(out.strip().splitlines()[-1])
+                rows.append((name, r["cpu"], r["wall"],
+                             f"{r['rss_mb']:5.0f} (+{r['rss_mb'] - r['base_rss_mb']:4.0f})"))
+            ts = None
+            if not shutil.which("tshark"):
+                rows.append(("tshark -T fields (9 fields)", None, None, "not installed"))
+            elif n > args.tshark_max:
+                rows.append(("tshark -T fields (9 fields)", None, None,
+                             f"skipped (> --tshark-max {args.tshark_max})"))
+            else:
+                argv = tshark.fields_argv(cap, tshark.BENCH_FIELDS)
+                ts = _time(lambda argv=argv: runner.run(argv, timeout=7200, record=False))
+                rows.append(("tshark -T fields (9 fields)", ts[0], ts[1], f"{'-':>12s}"))
+            if args.dpkt:
+                cpu, wall = _time(lambda cap=cap: _dpkt_parse(cap))
+                rows.append(("dpkt (Ethernet/IP/TCP objects + options)", cpu, wall,
+                             f"{'-':>12s}"))
+            for name, cpu, wall, rss in rows:
+                if cpu is None:
+                    print(f"{label:>12s}  {name:42s} {rss}")
+                    continue
+                x = f"{ts[0] / cpu:8.1f}" if ts else f"{'-':>8s}"
+                print(f"{label:>12s}  {name:42s} {n / cpu:11,.0f} {n / wall:11,.0f} {rss} {x}")
+            cap.unlink()
+            shutil.rmtree(tmp / f"run-{cap.stem}", ignore_errors=True)
+        print(f"one core; load average at the end {os.getloadavg()[0]:.2f} on "
+              f"{os.cpu_count()} cores")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
