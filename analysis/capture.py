@@ -43,6 +43,7 @@ class CaptureAnalysis:
     flow_rows: pd.DataFrame
     dsn: pd.DataFrame
     connections: pd.DataFrame
+    rtt_samples: pd.DataFrame | None = None  # `metrics.rtt_samples`, kept from flow_table
 
     @classmethod
     def of(cls, path: str | os.PathLike, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
@@ -52,13 +53,13 @@ class CaptureAnalysis:
         tbl = read_packets(path, chunk_bytes, progress)
         fl = find_flows(tbl)
         seg = M.segments(tbl, fl)
-        rows = M.flow_table(tbl, fl, seg)
+        rows, rtt = M.flow_table_and_rtt(tbl, fl, seg)
         ddir = rows["data_dir"].to_numpy().astype(np.int64)
         dsn = M.dsn_analysis(tbl, fl, seg, ddir)
         conns = M.connection_table(dsn, fl.flows)
         rows.insert(0, "flow_id", flow_ids(rows).to_numpy())
         rows.insert(1, "capture", Path(path).stem)
-        return cls(Path(path).stem, tbl, fl, seg, rows, dsn, conns)
+        return cls(Path(path).stem, tbl, fl, seg, rows, dsn, conns, rtt)
 
     def data_bytes_per_packet(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(row, flow, payload) of the packets in each flow's data direction."""
@@ -84,7 +85,8 @@ class CaptureAnalysis:
     def rtt(self) -> pd.DataFrame:
         """RTT samples at this capture: flow_id, capture, t (s), rtt_ms."""
         ddir = self.flow_rows["data_dir"].to_numpy().astype(np.int64)
-        r = M.rtt_samples(self.segments, ddir)
+        r = self.rtt_samples if self.rtt_samples is not None else \
+            M.rtt_samples(self.segments, ddir)
         ids = self.flow_rows["flow_id"].to_numpy()
         return pd.DataFrame({"flow_id": ids[r["flow"].to_numpy().astype(np.int64)],
                              "capture": self.name, "t": r["t"].to_numpy(float),

@@ -77,6 +77,33 @@ def _running_max_excl(v: np.ndarray, starts: np.ndarray, floor: int) -> np.ndarr
     return m
 
 
+def pair_groups(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Group equal (a, b) pairs with one sort instead of hashing.
+
+    Returns (order, starts, gid): order sorts the pairs, starts are the positions in that
+    order where a group begins, gid the group of each element (groups numbered in sorted
+    pair order).
+    """
+    o = np.lexsort((b, a))
+    if not len(o):
+        z = np.zeros(0, np.int64)
+        return z, z, z
+    sa, sb = a[o], b[o]
+    new = np.r_[True, (sa[1:] != sa[:-1]) | (sb[1:] != sb[:-1])]
+    gid = np.empty(len(o), np.int64)
+    gid[o] = np.cumsum(new) - 1
+    return o, np.flatnonzero(new), gid
+
+
+def duplicated_pairs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """True where (a[i], b[i]) occurred at an earlier index (as DataFrame.duplicated)."""
+    o, starts, gid = pair_groups(a, b)
+    if not len(o):
+        return np.zeros(0, bool)
+    first = np.minimum.reduceat(o, starts)
+    return np.arange(len(o)) != first[gid]
+
+
 def reorder_analysis(group: np.ndarray, start: np.ndarray, end: np.ndarray,
                      tsval: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Classify segments (contiguous groups, arrival order) as new, retransmitted, reordered.
@@ -89,8 +116,7 @@ def reorder_analysis(group: np.ndarray, start: np.ndarray, end: np.ndarray,
     st = _starts(group)
     nextexp = _running_max_excl(end, st, -(1 << 40))
     behind = start < nextexp
-    keys = pd.DataFrame({"g": group, "s": start})
-    dup = keys.duplicated().to_numpy()
+    dup = duplicated_pairs(np.asarray(group), np.asarray(start))
     late = np.zeros(n, bool)
     if tsval is not None:
         ts = tsval.astype(np.int64)
@@ -202,6 +228,12 @@ def flow_table(tbl: T.PacketTable, fl: Flows, seg: pd.DataFrame | None = None) -
 
     tbl: the capture; fl: its flows; seg: `segments(tbl, fl)` if already computed.
     """
+    return flow_table_and_rtt(tbl, fl, seg)[0]
+
+
+def flow_table_and_rtt(tbl: T.PacketTable, fl: Flows, seg: pd.DataFrame | None = None
+                       ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """`flow_table` and the `rtt_samples` it summarises (computed once for both)."""
     c = tbl.cols
     seg = segments(tbl, fl) if seg is None else seg
     flows = fl.flows.copy()
@@ -234,6 +266,7 @@ def flow_table(tbl: T.PacketTable, fl: Flows, seg: pd.DataFrame | None = None) -
     ext_max = np.zeros(nf, np.int64)
     uniq = np.zeros(nf, np.int64)
     rtt_med = np.full(nf, np.nan)
+    rtt = pd.DataFrame({"flow": [], "t": [], "rtt_ms": []})
     if len(seg):
         is_data = (seg["dir"].to_numpy() == ddir[seg["flow"].to_numpy()]) & (seg["payload"] > 0)
         data = seg[is_data]
@@ -272,7 +305,7 @@ def flow_table(tbl: T.PacketTable, fl: Flows, seg: pd.DataFrame | None = None) -
         out["reorder_extent_max"] = ext_max
         out["loss_estimate"] = np.where(uniq > 0, data_retr / np.maximum(uniq, 1), 0.0)
     out["rtt_ms_median"] = rtt_med
-    return out
+    return out, rtt
 
 
 def rtt_samples(seg: pd.DataFrame, ddir: np.ndarray) -> pd.DataFrame:
@@ -285,9 +318,10 @@ def rtt_samples(seg: pd.DataFrame, ddir: np.ndarray) -> pd.DataFrame:
     acks = seg[(seg["dir"].to_numpy() != fdir) & ((seg["flags"] & T.ACK) != 0)]
     if not len(data) or not len(acks):
         return pd.DataFrame({"flow": [], "t": [], "rtt_ms": []})
-    retx = data.groupby(["flow", "seq"])["retrans"].transform("any")
-    cand = data[~retx.to_numpy() & ~data["reordered"].to_numpy()]
-    cand = cand[~cand.duplicated(["flow", "seq"])]
+    o, starts, gid = pair_groups(data["flow"].to_numpy(), data["seq"].to_numpy())
+    retx = np.logical_or.reduceat(data["retrans"].to_numpy(bool)[o], starts)[gid]
+    cand = data[~retx & ~data["reordered"].to_numpy()]
+    cand = cand[~duplicated_pairs(cand["flow"].to_numpy(), cand["seq"].to_numpy())]
     span = int(max(acks["ack"].abs().max(), cand["end"].abs().max(), 1)) + 1
     # per flow, running maximum of ACKs in time order; first ACK >= end after the send time
     ak = acks.sort_values(["flow", "ts"], kind="stable")
