@@ -104,9 +104,9 @@ def _describe(tbl: T.PacketTable, rows: np.ndarray, fl: np.ndarray, d: np.ndarra
                        "sport": c["sport"][rows], "dport": c["dport"][rows],
                        "proto": c["proto"][rows], "ts": c["ts_ns"][rows],
                        "seq": c["seq"][rows], "flags": c["tcp_flags"][rows]})
-    fwd = df[df["dir"] == 0].groupby("flow").first()
-    any_ = df.groupby("flow").first()
-    rev = df[df["dir"] == 1].groupby("flow").first()
+    fwd = _first_per_flow(df, d == 0)
+    any_ = _first_per_flow(df, None)
+    rev = _first_per_flow(df, d == 1)
     out = pd.DataFrame(index=pd.RangeIndex(nflows, name="flow"))
     base = fwd.reindex(out.index)
     miss = base["src"].isna()
@@ -131,6 +131,15 @@ def _describe(tbl: T.PacketTable, rows: np.ndarray, fl: np.ndarray, d: np.ndarra
     out["mptcp_token"] = ""
     out["mptcp_role"] = ""
     return out
+
+
+def _first_per_flow(df: pd.DataFrame, mask: np.ndarray | None) -> pd.DataFrame:
+    """``df[mask].groupby("flow").first()`` by one unique pass (no column holds NaN)."""
+    sel = np.arange(len(df)) if mask is None else np.flatnonzero(mask)
+    flows, first = np.unique(df["flow"].to_numpy()[sel], return_index=True)
+    rows = sel[first]
+    return pd.DataFrame({c: df[c].to_numpy()[rows] for c in df.columns if c != "flow"},
+                        index=pd.Index(flows, name="flow"))
 
 
 def _group_mptcp(tbl: T.PacketTable, pkt_flow: np.ndarray, pkt_dir: np.ndarray,
