@@ -30,6 +30,8 @@ Without TCP timestamps a segment below the highest sequence number whose start w
 seen before counts as reordered.  tshark's relative ``mptcp.dsn`` starts at 1, ours at 0.
 
 Limits: MPTCP subflows are grouped only when the connection's MP_CAPABLE keys (or a join's
-token matching them) were captured; the packet table (about 80 bytes per packet) must fit in
-memory, the capture itself need not.
+token matching them) were captured; the packet table (about 80 bytes per packet) and the
+per-capture analysis tables must fit in memory, the capture itself need not (it is read in
+chunks).  Reader limits (records, blocks, timestamps) and time-series bins: docs/results.md,
+"Capture reader".
 """

@@ -15,6 +15,14 @@ the only sequential part of reading a capture; it is done without a per-packet P
 
 Decoding then runs on whole arrays (`analysis.decode`).  Errors: `CaptureFormatError`
 naming the file and byte offset of the first bad or truncated record.
+
+Limits (a capture from someone else is untrusted input; every violation is a
+`CaptureFormatError`, never another exception): a classic record holds at most
+`MAX_CAPLEN` bytes, a pcapng block at most `MAX_BLOCK_BYTES`, so the read buffer never
+grows beyond twice that; timestamps lie within +-`MAX_TS_NS` of 1970 (``if_tsresol`` down
+to 10^-19 or 2^-63 s, ``if_tsoffset`` within 2^61 ns); packet blocks need their Interface
+Description Block first; IPv6 extension headers are followed at most four deep and never
+past the captured bytes.
 """
 
 from __future__ import annotations
