@@ -77,14 +77,31 @@ def _running_max_excl(v: np.ndarray, starts: np.ndarray, floor: int) -> np.ndarr
     return m
 
 
+def stable_order(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The stable sort order of integer pairs (a, b) (equal pairs keep their order).
+
+    One stable argsort of a combined key when the ranges allow (fast on the nearly sorted
+    keys of a capture: flows grouped, sequence numbers and times rising), else a lexsort
+    with the index as last key.
+    """
+    if not len(a):
+        return np.zeros(0, np.int64)
+    a0, b0 = int(a.min()), int(b.min())
+    ra, rb = int(a.max()) - a0 + 1, int(b.max()) - b0 + 1
+    if ra * rb < (1 << 62):
+        key = (a.astype(np.int64) - a0) * rb + (b.astype(np.int64) - b0)
+        return np.argsort(key, kind="stable")
+    return np.lexsort((np.arange(len(a)), b, a))
+
+
 def pair_groups(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Group equal (a, b) pairs with one sort instead of hashing.
+    """Group equal integer (a, b) pairs with one sort instead of hashing.
 
     Returns (order, starts, gid): order sorts the pairs, starts are the positions in that
     order where a group begins, gid the group of each element (groups numbered in sorted
     pair order).
     """
-    o = np.lexsort((b, a))
+    o = stable_order(a, b)
     if not len(o):
         z = np.zeros(0, np.int64)
         return z, z, z
@@ -218,9 +235,9 @@ def delivered_bytes(seg: pd.DataFrame, ddir: np.ndarray
 
 def data_direction(seg: pd.DataFrame, nflows: int) -> np.ndarray:
     """Per flow, the direction (0/1) that carried more payload."""
-    by = seg.groupby(["flow", "dir"])["payload"].sum().unstack(fill_value=0)
-    by = by.reindex(index=range(nflows), columns=[0, 1], fill_value=0)
-    return (by[1] > by[0]).to_numpy().astype(np.int64)
+    key = seg["flow"].to_numpy() * 2 + seg["dir"].to_numpy()
+    by = np.bincount(key, seg["payload"].to_numpy(), 2 * nflows).astype(np.int64)
+    return (by[1::2] > by[0::2]).astype(np.int64)
 
 
 def flow_table(tbl: T.PacketTable, fl: Flows, seg: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -241,17 +258,20 @@ def flow_table_and_rtt(tbl: T.PacketTable, fl: Flows, seg: pd.DataFrame | None =
     out = flows[["proto", "src_addr", "sport", "dst_addr", "dport", "syn_seen", "mptcp_token",
                  "mptcp_role"]].copy()
     rows = np.flatnonzero(fl.pkt_flow >= 0)
-    pk = pd.DataFrame({"flow": fl.pkt_flow[rows], "dir": fl.pkt_dir[rows],
-                       "ts": c["ts_ns"][rows], "wire": c["wirelen"][rows].astype(np.int64),
-                       "payload": c["payload"][rows].astype(np.int64)})
-    agg = pk.groupby(["flow", "dir"]).agg(frames=("ts", "size"), frame_bytes=("wire", "sum"),
-                                          payload=("payload", "sum")).unstack(fill_value=0)
-    agg = agg.reindex(range(nf), fill_value=0)
-    for k in ("frames", "frame_bytes", "payload"):
+    pf = fl.pkt_flow[rows]
+    key = pf * 2 + fl.pkt_dir[rows]
+    # per (flow, direction) by bincount: sums of integers stay exact below 2^53 bytes
+    agg = {"frames": np.bincount(key, minlength=2 * nf),
+           "frame_bytes": np.bincount(key, c["wirelen"][rows], 2 * nf).astype(np.int64),
+           "payload": np.bincount(key, c["payload"][rows], 2 * nf).astype(np.int64)}
+    for k, v in agg.items():
         for d, name in ((0, "fwd"), (1, "rev")):
-            out[f"{k}_{name}"] = agg[(k, d)].to_numpy() if (k, d) in agg.columns else 0
-    first_ts = pk.groupby("flow")["ts"].min().reindex(range(nf)).to_numpy()
-    last_ts = pk.groupby("flow")["ts"].max().reindex(range(nf)).to_numpy()
+            out[f"{k}_{name}"] = v[d::2].astype(np.int64)
+    ts_p = c["ts_ns"][rows]
+    first_ts = np.full(nf, np.iinfo(np.int64).max, np.int64)
+    last_ts = np.full(nf, np.iinfo(np.int64).min, np.int64)
+    np.minimum.at(first_ts, pf, ts_p)
+    np.maximum.at(last_ts, pf, ts_p)
     ddir = data_direction(seg, nf) if len(seg) else np.zeros(nf, np.int64)
     ddir = np.where(out["proto"].to_numpy() == "udp",
                     (out["payload_rev"] > out["payload_fwd"]).to_numpy(), ddir).astype(np.int64)
@@ -313,30 +333,36 @@ def rtt_samples(seg: pd.DataFrame, ddir: np.ndarray) -> pd.DataFrame:
 
     seg: `segments()`; ddir: data direction per flow.  Columns: flow, t (s), rtt_ms.
     """
-    fdir = ddir[seg["flow"].to_numpy()]
-    data = seg[(seg["dir"].to_numpy() == fdir) & (seg["payload"] > 0)]
-    acks = seg[(seg["dir"].to_numpy() != fdir) & ((seg["flags"] & T.ACK) != 0)]
-    if not len(data) or not len(acks):
+    f = seg["flow"].to_numpy()
+    d = seg["dir"].to_numpy()
+    fdir = ddir[f]
+    dm = (d == fdir) & (seg["payload"].to_numpy() > 0)
+    am = (d != fdir) & ((seg["flags"].to_numpy() & T.ACK) != 0)
+    if not dm.any() or not am.any():
         return pd.DataFrame({"flow": [], "t": [], "rtt_ms": []})
-    o, starts, gid = pair_groups(data["flow"].to_numpy(), data["seq"].to_numpy())
-    retx = np.logical_or.reduceat(data["retrans"].to_numpy(bool)[o], starts)[gid]
-    cand = data[~retx & ~data["reordered"].to_numpy()]
-    cand = cand[~duplicated_pairs(cand["flow"].to_numpy(), cand["seq"].to_numpy())]
-    span = int(max(acks["ack"].abs().max(), cand["end"].abs().max(), 1)) + 1
+    df_, dseq = f[dm], seg["seq"].to_numpy()[dm]
+    o, starts, gid = pair_groups(df_, dseq)
+    retx = np.logical_or.reduceat(seg["retrans"].to_numpy(bool)[dm][o], starts)[gid]
+    c = np.flatnonzero(~retx & ~seg["reordered"].to_numpy(bool)[dm])
+    c = c[~duplicated_pairs(df_[c], dseq[c])]
+    cflow = df_[c]
+    cend = seg["end"].to_numpy()[dm][c]
+    cts = seg["ts"].to_numpy()[dm][c]
+    aflow, aack, ats = f[am], seg["ack"].to_numpy()[am], seg["ts"].to_numpy()[am]
+    span = int(max(np.abs(aack).max(), np.abs(cend).max() if len(c) else 0, 1)) + 1
     # per flow, running maximum of ACKs in time order; first ACK >= end after the send time
-    ak = acks.sort_values(["flow", "ts"], kind="stable")
-    lift = ak["flow"].to_numpy().astype(np.int64) * (4 * span)
-    run = np.maximum.accumulate(ak["ack"].to_numpy() + lift)
-    ts_ack = ak["ts"].to_numpy()
-    flow_ack = ak["flow"].to_numpy()
-    target = cand["end"].to_numpy() + cand["flow"].to_numpy().astype(np.int64) * (4 * span)
+    ao = stable_order(aflow, ats)
+    flow_ack, ts_ack = aflow[ao], ats[ao]
+    lift = flow_ack.astype(np.int64) * (4 * span)
+    run = np.maximum.accumulate(aack[ao] + lift)
+    target = cend + cflow.astype(np.int64) * (4 * span)
     i = np.searchsorted(run, target, "left")
     ok = i < len(run)
     i = np.minimum(i, len(run) - 1)
-    ok &= flow_ack[i] == cand["flow"].to_numpy()
-    ok &= ts_ack[i] >= cand["ts"].to_numpy()
-    res = pd.DataFrame({"flow": cand["flow"].to_numpy()[ok], "t": cand["ts"].to_numpy()[ok] / 1e9,
-                        "rtt_ms": (ts_ack[i][ok] - cand["ts"].to_numpy()[ok]) / 1e6})
+    ok &= flow_ack[i] == cflow
+    ok &= ts_ack[i] >= cts
+    res = pd.DataFrame({"flow": cflow[ok], "t": cts[ok] / 1e9,
+                        "rtt_ms": (ts_ack[i][ok] - cts[ok]) / 1e6})
     return res
 
 
