@@ -288,25 +288,32 @@ def flow_table_and_rtt(tbl: T.PacketTable, fl: Flows, seg: pd.DataFrame | None =
     rtt_med = np.full(nf, np.nan)
     rtt = pd.DataFrame({"flow": [], "t": [], "rtt_ms": []})
     if len(seg):
-        is_data = (seg["dir"].to_numpy() == ddir[seg["flow"].to_numpy()]) & (seg["payload"] > 0)
-        data = seg[is_data]
-        g = data.groupby("flow")
-        span = (g["end"].max() - g["seq"].min()).reindex(range(nf))
+        f = seg["flow"].to_numpy()
+        sdir = seg["dir"].to_numpy()
+        retrans = seg["retrans"].to_numpy(bool)
+        dm = (sdir == ddir[f]) & (seg["payload"].to_numpy() > 0)
+        fd = f[dm]
+        has_data = np.bincount(fd, minlength=nf) > 0
+        last_end = np.full(nf, np.iinfo(np.int64).min, np.int64)
+        np.maximum.at(last_end, fd, seg["end"].to_numpy()[dm])
+        first_seq = np.full(nf, np.iinfo(np.int64).max, np.int64)
+        np.minimum.at(first_seq, fd, seg["seq"].to_numpy()[dm])
+        span = _reindexed(last_end - first_seq, has_data)
         tcp = out["proto"].to_numpy() == "tcp"
-        nbytes = np.where(tcp & span.notna(), span.fillna(0), nbytes).astype(np.int64)
-        retr = seg.groupby("flow")["retrans"].sum().reindex(range(nf), fill_value=0).to_numpy()
-        data_retr = g["retrans"].sum().reindex(range(nf), fill_value=0).to_numpy()
-        reord = g["reordered"].sum().reindex(range(nf), fill_value=0).to_numpy()
-        ext_max = g["extent"].max().reindex(range(nf), fill_value=0).to_numpy()
-        uniq = (~data["retrans"]).groupby(data["flow"]).sum().reindex(range(nf), fill_value=0)
-        uniq = uniq.to_numpy()
-        last_end = g["end"].max()
-        acks = seg[(seg["dir"].to_numpy() != ddir[seg["flow"].to_numpy()])
-                   & ((seg["flags"] & T.ACK) != 0)]
-        acks = acks.join(last_end.rename("last_end"), on="flow")
-        covered = acks[acks["ack"] >= acks["last_end"]].groupby("flow")["ts"].min()
-        cov = covered.reindex(range(nf))
-        end = np.where(tcp & cov.notna(), cov.fillna(0), end).astype(np.int64)
+        nbytes = np.where(tcp & ~np.isnan(span), np.nan_to_num(span), nbytes).astype(np.int64)
+        retr = _count(f, retrans, nf)
+        data_retr = _count(fd, retrans[dm], nf)
+        reord = _count(fd, seg["reordered"].to_numpy(bool)[dm], nf)
+        ext_max = np.zeros(nf, np.int64)  # extents are >= 0
+        np.maximum.at(ext_max, fd, seg["extent"].to_numpy()[dm])
+        uniq = _count(fd, ~retrans[dm], nf)
+        am = (sdir != ddir[f]) & ((seg["flags"].to_numpy() & T.ACK) != 0)
+        am &= has_data[f]
+        am[am] = seg["ack"].to_numpy()[am] >= last_end[f[am]]
+        covered = np.full(nf, np.iinfo(np.int64).max, np.int64)
+        np.minimum.at(covered, f[am], seg["ts"].to_numpy()[am])
+        cov = _reindexed(covered, np.bincount(f[am], minlength=nf) > 0)
+        end = np.where(tcp & ~np.isnan(cov), np.nan_to_num(cov), end).astype(np.int64)
         rtt = rtt_samples(seg, ddir)
         if len(rtt):
             rtt_med = rtt.groupby("flow")["rtt_ms"].median().reindex(range(nf)).to_numpy()
@@ -326,6 +333,19 @@ def flow_table_and_rtt(tbl: T.PacketTable, fl: Flows, seg: pd.DataFrame | None =
         out["loss_estimate"] = np.where(uniq > 0, data_retr / np.maximum(uniq, 1), 0.0)
     out["rtt_ms_median"] = rtt_med
     return out, rtt
+
+
+def _count(group: np.ndarray, flag: np.ndarray, n: int) -> np.ndarray:
+    """Per group 0..n-1, how many elements have flag set (int64)."""
+    return np.bincount(group[flag], minlength=n).astype(np.int64)
+
+
+def _reindexed(values: np.ndarray, present: np.ndarray) -> np.ndarray:
+    """values as a per-flow aggregate reindexed by pandas would be: int64 when every flow is
+    present, else float64 with NaN for the absent ones (so results round the same way)."""
+    if present.all():
+        return values
+    return np.where(present, values, np.nan)
 
 
 def rtt_samples(seg: pd.DataFrame, ddir: np.ndarray) -> pd.DataFrame:
