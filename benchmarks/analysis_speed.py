@@ -220,6 +220,18 @@ def _stream_decode(cap: Path) -> int:
     return n
 
 
+def _peak_rss_mb() -> float:
+    """Peak resident memory of this process (MB): VmHWM, which, unlike ru_maxrss, does not
+    carry over the high-water mark of the parent that forked this process."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def measure(stage: str, cap: Path) -> dict:
     """Run one stage on cap in this process; return cpu/wall seconds and peak RSS (MB)."""
     _pin_one_core()
@@ -228,7 +240,7 @@ def measure(stage: str, cap: Path) -> dict:
     from analysis.bundle import analyze_bundle
     from analysis.capture import CaptureAnalysis  # noqa: F401
 
-    base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    base_rss = _peak_rss_mb()
     if stage == "decode":
         fn = lambda: _stream_decode(cap)  # noqa: E731
     elif stage == "reader":
@@ -237,7 +249,7 @@ def measure(stage: str, cap: Path) -> dict:
         run = _bundle(cap, cap.parent)
         fn = lambda: analyze_bundle(run)  # noqa: E731
     cpu, wall = _time(fn)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = _peak_rss_mb()
     return {"cpu": cpu, "wall": wall, "rss_mb": peak, "base_rss_mb": base_rss}
 
 
