@@ -298,3 +298,19 @@ def test_progress_reports_bytes_read_of_total(tmp_path):
     quiet = io.StringIO()
     read_packets(p, progress=stderr_progress(stream=quiet))
     assert quiet.getvalue() == ""
+
+
+def test_cli_crafted_capture_and_series_limit_are_one_line_exit_2(tmp_path):
+    from typer.testing import CliRunner
+
+    from testbed.cli import app
+
+    bad = _write(tmp_path, _shb() + _spb(bytes(60)))
+    r = CliRunner().invoke(app, ["analyze", str(bad)])
+    assert r.exit_code == 2 and "Simple Packet Block before any Interface" in r.output
+    assert "Traceback" not in r.output
+    ip = _frame_v6(59, b"")  # IPv6, no next header: counted in the capture's own series
+    years = _write(tmp_path, _shb() + _idb() + _epb(ip, 1_600_000_000 * 10**6)
+                   + _epb(ip, (1_600_000_000 + 10**8) * 10**6), "years.pcapng")
+    r = CliRunner().invoke(app, ["analyze", str(years), "--bin", "0.001"])
+    assert r.exit_code == 2 and "limit 1000000 bins" in r.output, r.output
