@@ -309,7 +309,7 @@ def test_cli_crafted_capture_and_series_limit_are_one_line_exit_2(tmp_path):
     r = CliRunner().invoke(app, ["analyze", str(bad)])
     assert r.exit_code == 2 and "Simple Packet Block before any Interface" in r.output
     assert "Traceback" not in r.output
-    ip = _frame_v6(59, b"")  # IPv6, no next header: counted in the capture's own series
+    ip = _frame_v6(17, b"", struct.pack(">HHHH", 1, 2, 12, 0) + bytes(4))  # a UDP flow
     years = _write(tmp_path, _shb() + _idb() + _epb(ip, 1_600_000_000 * 10**6)
                    + _epb(ip, (1_600_000_000 + 10**8) * 10**6), "years.pcapng")
     r = CliRunner().invoke(app, ["analyze", str(years), "--bin", "0.001"])
