@@ -52,10 +52,14 @@ def find_flows(tbl: T.PacketTable) -> Flows:
     a = (c["src"][rows].astype(np.uint64) << np.uint64(16)) | c["sport"][rows]
     b = (c["dst"][rows].astype(np.uint64) << np.uint64(16)) | c["dport"][rows]
     lo, hi = np.minimum(a, b), np.maximum(a, b)
-    k1, _ = pd.factorize(lo)
-    k2, u2 = pd.factorize(hi)
-    k3 = (k1.astype(np.int64) * max(len(u2), 1) + k2) * 2 + (c["proto"][rows] == 6)
-    tuple_id, _ = pd.factorize(k3)
+    is_tcp = (c["proto"][rows] == 6).astype(np.uint64)
+    if len(tbl.addresses) < (1 << 15):  # (lo, hi, proto) fits one 64-bit key: one hash pass
+        tuple_id, _ = pd.factorize((lo << np.uint64(32) | hi) << np.uint64(1) | is_tcp)
+    else:  # codes in order of first appearance either way, so the ids are the same
+        k1, _ = pd.factorize(lo)
+        k2, u2 = pd.factorize(hi)
+        k3 = (k1.astype(np.int64) * max(len(u2), 1) + k2) * 2 + is_tcp.astype(np.int64)
+        tuple_id, _ = pd.factorize(k3)
     flags = c["tcp_flags"][rows]
     syn = ((flags & (T.SYN | T.ACK)) == T.SYN) & (c["proto"][rows] == 6)
     # split a 4-tuple at each SYN with a new ISN (port reuse)
@@ -136,8 +140,11 @@ def _describe(tbl: T.PacketTable, rows: np.ndarray, fl: np.ndarray, d: np.ndarra
 def _first_per_flow(df: pd.DataFrame, mask: np.ndarray | None) -> pd.DataFrame:
     """``df[mask].groupby("flow").first()`` by one unique pass (no column holds NaN)."""
     sel = np.arange(len(df)) if mask is None else np.flatnonzero(mask)
-    flows, first = np.unique(df["flow"].to_numpy()[sel], return_index=True)
-    rows = sel[first]
+    fl = df["flow"].to_numpy()[sel]
+    first = np.full(int(fl.max()) + 1 if len(fl) else 0, len(sel), np.int64)
+    np.minimum.at(first, fl, np.arange(len(sel)))
+    flows = np.flatnonzero(first < len(sel))
+    rows = sel[first[flows]]
     return pd.DataFrame({c: df[c].to_numpy()[rows] for c in df.columns if c != "flow"},
                         index=pd.Index(flows, name="flow"))
 
