@@ -138,7 +138,7 @@ def _describe(tbl: T.PacketTable, rows: np.ndarray, fl: np.ndarray, d: np.ndarra
 
 
 def _first_per_flow(df: pd.DataFrame, mask: np.ndarray | None) -> pd.DataFrame:
-    """``df[mask].groupby("flow").first()`` by one unique pass (no column holds NaN)."""
+    """``df[mask].groupby("flow").first()`` in one pass (no column holds NaN)."""
     sel = np.arange(len(df)) if mask is None else np.flatnonzero(mask)
     fl = df["flow"].to_numpy()[sel]
     first = np.full(int(fl.max()) + 1 if len(fl) else 0, len(sel), np.int64)
