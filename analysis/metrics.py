@@ -165,7 +165,7 @@ def segments(tbl: T.PacketTable, fl: Flows) -> pd.DataFrame:
     c = tbl.cols
     rows = np.flatnonzero((fl.pkt_flow >= 0) & (c["proto"] == 6))
     f, d = fl.pkt_flow[rows], fl.pkt_dir[rows].astype(np.int64)
-    order = np.lexsort((rows, d, f))
+    order = np.argsort(f * 2 + d, kind="stable")  # by flow, direction, then row (ascending)
     rows, f, d = rows[order], f[order], d[order]
     flows = fl.flows
     isn = np.where(d == 0, flows["isn_fwd"].to_numpy(float)[f], flows["isn_rev"].to_numpy(float)[f])
