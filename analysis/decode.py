@@ -35,6 +35,9 @@ class Loader:
     def __init__(self, buf: np.ndarray):
         self.u8 = buf
         self.q = buf[:len(buf) // 8 * 8].view("<u8")
+        # an overlapping view: element i holds bytes i..i+7, so one gather reads 8 bytes
+        self.w = np.ndarray((len(buf) - 7,), "<u8", buf, 0, (1,)) \
+            if buf.flags.c_contiguous and len(buf) >= 8 else None
 
     def b(self, p: np.ndarray) -> np.ndarray:
         """One byte at each position (uint8)."""
@@ -42,6 +45,8 @@ class Loader:
 
     def le64(self, p: np.ndarray) -> np.ndarray:
         """Eight bytes at each position as a little-endian uint64."""
+        if self.w is not None:
+            return self.w[p]
         q = p >> 3
         sh = ((p & 7) << 3).astype(_U64)
         lo = np.take(self.q, q) >> sh
