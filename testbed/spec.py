@@ -80,8 +80,14 @@ def format_percent_exact(points: float) -> str:
     return text if parse_percent(text) == points else f"{points!r}%"
 
 
-def _quantity(parse: Callable[[object], Any], what: str, minimum: str) -> Callable[[Any], Any]:
-    """A before-validator: parse a unit string, refuse negatives (and zero when minimum='>0')."""
+def _quantity(parse: Callable[[object], Any], what: str, minimum: str,
+              bounds: tuple[float, float, str] | None = None) -> Callable[[Any], Any]:
+    """A before-validator: parse a unit string, refuse negatives (and zero when minimum='>0').
+
+    bounds: (lowest, highest, "how to say the range") for a value with a tighter range
+    than its unit allows (a link's rate, delay); zero is allowed below lowest when minimum
+    allows it.
+    """
 
     def check(value: Any) -> Any:
         if isinstance(value, str) and value.strip().startswith("-"):
@@ -93,6 +99,11 @@ def _quantity(parse: Callable[[object], Any], what: str, minimum: str) -> Callab
                 from None
         if minimum == ">0" and parsed <= 0:
             raise PydanticCustomError("not_positive", f"{value!r} must be greater than zero")
+        if bounds is not None:
+            low, high, shown = bounds
+            if parsed > high or (parsed and parsed < low):
+                raise PydanticCustomError("out_of_range",
+                                          f"{value!r} is out of range; use {shown}")
         return parsed
 
     return check
@@ -109,6 +120,18 @@ Size = Annotated[int, BeforeValidator(_quantity(parse_size, "size", ">0")),
                  PlainSerializer(format_size_exact, return_type=str, when_used="json")]
 Percent = Annotated[float, BeforeValidator(_quantity(parse_percent, "percentage", ">=0")),
                     PlainSerializer(format_percent_exact, return_type=str, when_used="json")]
+
+# A link's shape as the tc builders accept it (testbed.shaping.LinkShape): checked at load
+# time, so that no schedule event fails mid-run.
+LINK_RATE_BOUNDS = (1000, 10**10, "1kbit .. 10Gbit")
+LINK_DELAY_BOUNDS = (0.0, 10.0, "0s .. 10s")
+LinkRate = Annotated[int, BeforeValidator(_quantity(parse_rate, "rate", ">0",
+                                                    LINK_RATE_BOUNDS)),
+                     PlainSerializer(format_rate_exact, return_type=str, when_used="json")]
+LinkDelay = Annotated[float, BeforeValidator(_quantity(parse_duration, "duration", ">=0",
+                                                       LINK_DELAY_BOUNDS)),
+                      PlainSerializer(format_duration_exact, return_type=str,
+                                      when_used="json")]
 
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$"
 HOST_RE = r"^[A-Za-z][A-Za-z0-9_-]{0,9}$"
@@ -155,9 +178,9 @@ class PathSpec(SpecModel):
     """One path of a multipath topology: a named, shaped link pair client <-> server."""
 
     name: Annotated[str, Field(pattern=PATH_RE)]
-    bw: Rate | None = None
-    delay: Duration = 0.0
-    jitter: Duration = 0.0
+    bw: LinkRate | None = None
+    delay: LinkDelay = 0.0
+    jitter: LinkDelay = 0.0
     loss: Percent = 0.0
     queue: Annotated[int, Field(gt=0, le=100_000)] | None = None
 
@@ -183,8 +206,8 @@ class FatTreeTopology(SpecModel):
 
     kind: Literal["fattree"]
     k: Annotated[int, Field(ge=2, le=8)] = 4
-    bw: Rate | None = None
-    delay: Duration = 0.0
+    bw: LinkRate | None = None
+    delay: LinkDelay = 0.0
     loss: Percent = 0.0
     queue: Annotated[int, Field(gt=0, le=100_000)] | None = None
 
@@ -251,9 +274,9 @@ class ScheduleEvent(SpecModel):
     at: Duration
     link: Annotated[str, Field(min_length=1)]
     down: bool | None = None
-    bw: Rate | None = None
-    delay: Duration | None = None
-    jitter: Duration | None = None
+    bw: LinkRate | None = None
+    delay: LinkDelay | None = None
+    jitter: LinkDelay | None = None
     loss: Percent | None = None
 
     def changes(self) -> dict[str, Any]:

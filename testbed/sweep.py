@@ -43,6 +43,7 @@ KeyPath = list[str | int]
 
 _SEGMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_-]*)((?:\[[0-9]+\])*)$")
 _NOT_SWEPT = ("name", "sweep", "repetitions", "repetition")
+MAX_RUNS = 10_000  # sweep grid points x repetitions; more is a mistake, not an experiment
 
 
 def parse_key_path(text: str, where: str) -> KeyPath:
@@ -215,6 +216,24 @@ def _sweep_axes(data: dict[str, Any], source: str) -> list[tuple[str, KeyPath, l
     return axes
 
 
+def _check_grid_size(axes: list[tuple[str, KeyPath, list[Any]]], data: dict[str, Any],
+                     source: str) -> None:
+    """Refuse a grid (x repetitions) above `MAX_RUNS` before any point is built."""
+    points = 1
+    for _, _, values in axes:
+        points *= len(values)
+    reps = data.get("repetitions", 1)
+    reps = reps if isinstance(reps, int) and not isinstance(reps, bool) and reps > 0 else 1
+    if data.get("repetition") is not None:
+        reps = 1
+    if points * reps > MAX_RUNS:
+        shape = " x ".join(str(len(v)) for _, _, v in axes) or "1"
+        raise SpecError(f"{source}: sweep: the grid has {points} points ({shape})"
+                        + (f" x {reps} repetitions = {points * reps} runs" if reps > 1
+                           else "")
+                        + f"; the most allowed is {MAX_RUNS} runs; split the sweep")
+
+
 def expand(data: dict[str, Any], source: str = "spec") -> list[RunPlan]:
     """All runs of a spec dict (overrides already applied), each validated.
 
@@ -222,6 +241,7 @@ def expand(data: dict[str, Any], source: str = "spec") -> list[RunPlan]:
     first invalid point, naming the swept values that produced it.
     """
     axes = _sweep_axes(data, source)
+    _check_grid_size(axes, data, source)
     base = {k: v for k, v in data.items() if k != "sweep"}
     points: list[tuple[dict[str, Any], Experiment]] = []
     for combo in itertools.product(*(values for _, _, values in axes)):

@@ -147,3 +147,28 @@ def test_describe_reports_how_many_more():
         Experiment.model_validate(data)
     line = describe_validation_error(info.value, data)
     assert line.startswith("topology.paths[0].bw:") and "(and 1 more problem)" in line
+
+
+@pytest.mark.parametrize(("where", "value"), [
+    ("duration", "1e300h"), ("paths.bw", "1e300Tbit"), ("paths.bw", "20Gbit"),
+    ("paths.delay", "11s"), ("schedule.bw", "100Gbit"), ("schedule.bw", "10bit"),
+    ("schedule.delay", "1h"), ("workload.size", "1e300TiB"),
+])
+def test_out_of_range_values_are_refused_at_load_time(where, value):
+    data = {
+        "name": "x", "duration": "10s",
+        "topology": {"kind": "multipath", "paths": [{"name": "a", "bw": "10Mbit"}]},
+        "workload": [{"kind": "bulk", "src": "client", "dst": "server", "size": "1MB"}],
+        "schedule": [{"at": "1s", "link": "a", "bw": "5Mbit"}],
+    }
+    table, key = where.split(".") if "." in where else ("", where)
+    if table == "paths":
+        data["topology"]["paths"][0][key] = value
+    elif table == "schedule":
+        data["schedule"][0] = {"at": "1s", "link": "a", key: value}
+    elif table == "workload":
+        data["workload"][0][key] = value
+    else:
+        data[key] = value
+    with pytest.raises(SpecError, match=r"too large|out of range"):
+        validate_spec(data, "s.toml")
