@@ -26,6 +26,7 @@ from analysis import metrics as M
 from analysis import samples as S
 from analysis.capture import CaptureAnalysis
 from analysis.pcap import DEFAULT_CHUNK_BYTES
+from testbed import safefiles
 
 FLOW_COLUMNS = ["flow_id", "capture", "capture_receiver", "protocol", "proto", "parent",
                 "mptcp_token", "mptcp_role", "src_addr", "sport", "dst_addr", "dport",
@@ -46,21 +47,23 @@ REORDER_FIELDS = ["data_packets", "reordered_packets", "reorder_ratio", "reorder
 DEFAULT_BIN_S = 0.1
 
 
-def captures_of(run_dir: Path) -> list[Path]:
-    """The capture files of a run, sorted by name."""
-    d = run_dir / "pcap"
-    return sorted(p for p in d.glob("*") if p.suffix in (".pcap", ".pcapng")) if d.is_dir() else []
+def captures_of(run_dir: Path, warnings: list[str] | None = None) -> list[Path]:
+    """The capture files of a run, sorted by name (symbolic links skipped, with a warning)."""
+    return safefiles.files_in(run_dir, "pcap", (".pcap", ".pcapng"), warnings)
 
 
 def load_metadata(run_dir: Path) -> dict:
-    """metadata.json as a dict ({} when absent)."""
-    p = run_dir / "metadata.json"
-    if not p.is_file():
+    """metadata.json as a dict ({} when absent or a symbolic link)."""
+    p = safefiles.file_in(run_dir, "metadata.json")
+    if p is None:
         return {}
     try:
-        return json.loads(p.read_text(encoding="utf-8"))
+        meta = json.loads(safefiles.read_text(p))
     except json.JSONDecodeError as exc:
         raise S.SampleFormatError(f"{p}: not valid JSON ({exc.msg}); re-run the run") from None
+    if not isinstance(meta, dict):
+        raise S.SampleFormatError(f"{p}: not a JSON object; re-run the run")
+    return meta
 
 
 def capture_interfaces(meta: dict) -> dict[str, dict]:
@@ -272,25 +275,35 @@ def headline(flows: pd.DataFrame) -> dict:
 
 
 def analyze_bundle(run_dir: str | Path, bin_s: float = DEFAULT_BIN_S,
-                   chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> dict:
+                   chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+                   warnings: list[str] | None = None) -> dict:
     """Compute ``RUN/metrics/*.parquet`` and return the run's headline metrics.
 
     run_dir: a result bundle; bin_s: throughput bin (s); chunk_bytes: capture read buffer.
     Missing inputs (no captures, no samples) give empty tables with the right columns.
     Raises `CaptureFormatError` for a corrupt capture before anything is written.
+    Symbolic links inside the bundle are never followed: a linked capture or sample file
+    is skipped (a line in warnings), a linked ``metrics/`` raises `UnsafeFileError`.
     """
     run = Path(run_dir)
+    if safefiles.check(run, run / "metrics", "dir") not in (None, "missing"):
+        raise safefiles.UnsafeFileError(f"{run / 'metrics'}: not a directory of the bundle "
+                                        "(a symbolic link?); nothing is written through it")
     meta = load_metadata(run)
-    caps = [CaptureAnalysis.of(p, chunk_bytes) for p in captures_of(run)]
-    app = S.read_jsonl(run / "samples" / "flows.jsonl", S.APPFLOW_COLUMNS)
+    caps = [CaptureAnalysis.of(p, chunk_bytes) for p in captures_of(run, warnings)]
+
+    def sample(name: str) -> Path | None:
+        return safefiles.file_in(run, f"samples/{name}", warnings)
+
+    app = S.read_jsonl(sample("flows.jsonl"), S.APPFLOW_COLUMNS)
     tables = build_tables(caps, meta, app, bin_s)
     rtt = pd.concat([c.rtt() for c in caps], ignore_index=True) if caps else \
         pd.DataFrame({k: [] for k in RTT_COLUMNS})
     t0 = meta.get("t0")
-    cwnd = S.read_jsonl(run / "samples" / "cwnd.jsonl", S.CWND_COLUMNS)
-    ping = S.read_jsonl(run / "samples" / "ping.jsonl", S.PING_COLUMNS)
-    events = S.read_jsonl(run / "samples" / "events.jsonl", S.EVENT_COLUMNS)
-    if t0 is not None:
+    cwnd = S.read_jsonl(sample("cwnd.jsonl"), S.CWND_COLUMNS)
+    ping = S.read_jsonl(sample("ping.jsonl"), S.PING_COLUMNS)
+    events = S.read_jsonl(sample("events.jsonl"), S.EVENT_COLUMNS)
+    if isinstance(t0, (int, float)) and not isinstance(t0, bool):
         cwnd["t_rel"] = cwnd["t"] - float(t0)
         ping["t_rel"] = ping["t"] - float(t0)
         events["t_rel"] = events["t_applied"] - float(t0)

@@ -98,5 +98,9 @@ def register(app: typer.Typer) -> None:
         for run_id, err in failed:
             typer.echo(f"  failed: {run_id}: {err}", err=True)
 
-        path = guarded(lambda: write_report(directory, paper=paper, out=out))
+        skipped: list[str] = []
+        path = guarded(lambda: write_report(directory, paper=paper, out=out,
+                                            warnings=skipped))
+        for line in skipped:
+            typer.echo(f"warning: {line}", err=True)
         typer.echo(str(path))

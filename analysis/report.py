@@ -19,6 +19,7 @@ published numbers next to the measured ones::
 from __future__ import annotations
 
 import html
+import io
 import json
 import math
 import re
@@ -31,7 +32,7 @@ import pandas as pd
 from analysis import plots
 from analysis.bundle import HEADLINE_KEYS, analyze_bundle, headline, load_metadata
 from analysis.samples import write_atomic
-from testbed import units
+from testbed import safefiles, units
 from testbed.capture import shortfall
 from testbed.compat import tomllib
 from testbed.errors import InputError
@@ -82,11 +83,22 @@ def _table(df: pd.DataFrame, max_rows: int = 200) -> str:
                                      float_format=lambda v: f"{v:.6g}") + more
 
 
+def figure_file_name(name: str) -> str:
+    """A figure's file stem made from column names (which come from spec keys): only
+    letters, digits, ``-`` and ``_`` (anything else becomes ``_``), at most 120 characters,
+    never empty, so a ``../`` in a key cannot leave the figures folder."""
+    stem = re.sub(r"[^A-Za-z0-9_-]+", "_", name).strip("_-")[:120]
+    return stem or "figure"
+
+
 def _figure(ctx: ReportContext, fig, name: str, caption: str) -> str:
     """Embed fig as inline SVG; also save it as DIR/figures/<name>.png and .svg."""
     svg = plots.to_svg(fig)
     if ctx.figure_dir is not None:
-        plots.save(fig, ctx.figure_dir / name, svg)
+        base = ctx.figure_dir / figure_file_name(name)
+        if base.parent != ctx.figure_dir:  # cannot happen with the name above; be sure
+            raise ReportInputError(f"figure name {name!r} leaves {ctx.figure_dir}")
+        plots.save(fig, base, svg)
     svg = svg[svg.find("<svg"):]
     return f'<figure class="fig" id="fig-{_esc(name)}">{svg}' \
            f'<figcaption>{_esc(caption)}</figcaption></figure>'
@@ -298,34 +310,56 @@ figure.fig{margin:1em 0}figure.fig svg{max-width:100%;height:auto}ul.warn li{col
 def load_paper(path: Path) -> list[dict]:
     """Read paper.toml ([[value]] entries with metric and value)."""
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(path.read_text(encoding="utf-8", errors="replace"))
     except tomllib.TOMLDecodeError as exc:
         raise ReportInputError(f"{path}: not valid TOML ({exc}); fix the file") from None
+    except OSError as exc:
+        raise ReportInputError(f"{path}: cannot read it ({exc.strerror})") from None
     vals = data.get("value", [])
+    if not isinstance(vals, list):
+        raise ReportInputError(f"{path}: value must be an array of tables ([[value]])")
     for i, v in enumerate(vals):
         if not isinstance(v, dict) or "metric" not in v or "value" not in v:
             raise ReportInputError(f"{path}: value[{i}] needs 'metric' and 'value' keys")
+        number = (int, float)
+        if isinstance(v["value"], bool) or not isinstance(v["value"], number) or \
+                not isinstance(v["metric"], str) or \
+                not isinstance(v.get("tolerance", 0), number) or \
+                not isinstance(v.get("where", {}), dict):
+            raise ReportInputError(f"{path}: value[{i}]: metric must be a string, value and "
+                                   "tolerance numbers, where a table")
     return vals
 
 
 def _context(root: Path) -> ReportContext:
-    if (root / "metadata.json").is_file() or (root / "pcap").is_dir() or \
-            (root / "metrics").is_dir():
-        ctx = ReportContext(root, "run", meta=load_metadata(root))
-        if not (root / "metrics" / "flows.parquet").is_file():
+    """Load what the report shows; files that are symbolic links (or not regular files)
+    inside the folder are skipped, each with a warning."""
+    skipped: list[str] = []
+    if any(safefiles.check(root, root / rel, want) in (None, safefiles.SYMLINK)
+           for rel, want in (("metadata.json", "file"), ("pcap", "dir"), ("metrics", "dir"))):
+        meta_file = safefiles.file_in(root, "metadata.json", skipped)
+        ctx = ReportContext(root, "run", meta=load_metadata(root) if meta_file else {})
+        metrics = safefiles.check(root, root / "metrics", "dir")
+        if metrics == safefiles.SYMLINK:
+            raise ReportInputError(f"{root / 'metrics'}: a symbolic link (not followed); "
+                                   "the report neither reads nor writes through it")
+        if safefiles.file_in(root, "metrics/flows.parquet") is None:
             analyze_bundle(root)
         for name in ("flows", "timeseries", "cwnd", "ping", "events"):
-            p = root / "metrics" / f"{name}.parquet"
-            if p.is_file():
-                ctx.tables[name] = pd.read_parquet(p)
-        spec = root / "spec.toml"
-        ctx.spec_text = spec.read_text(encoding="utf-8") if spec.is_file() else ""
+            p = safefiles.file_in(root, f"metrics/{name}.parquet", skipped)
+            if p is not None:
+                ctx.tables[name] = pd.read_parquet(io.BytesIO(safefiles.read_bytes(p)))
+        spec = safefiles.file_in(root, "spec.toml", skipped)
+        ctx.spec_text = safefiles.read_text(spec) if spec is not None else ""
+        ctx.warnings.extend(skipped)
         return ctx
-    summary = root / "summary.parquet"
-    if summary.is_file():
-        return ReportContext(root, "sweep", tables={"summary": pd.read_parquet(summary)})
+    summary = safefiles.file_in(root, "summary.parquet", skipped)
+    if summary is not None:
+        data = pd.read_parquet(io.BytesIO(safefiles.read_bytes(summary)))
+        return ReportContext(root, "sweep", tables={"summary": data}, warnings=skipped)
     raise ReportInputError(f"{root}: neither a run bundle (metadata.json, pcap/ or metrics/) "
-                           "nor a sweep (summary.parquet); pass the --out DIR of testbed run")
+                           "nor a sweep (summary.parquet); pass the --out DIR of testbed run"
+                           + (f" ({'; '.join(skipped)})" if skipped else ""))
 
 
 def render(ctx: ReportContext, sections: Sequence[Section]) -> str:
@@ -341,27 +375,37 @@ def render(ctx: ReportContext, sections: Sequence[Section]) -> str:
 
 
 def write_report(directory: str | Path, extra_sections: Sequence[Section] = (),
-                 paper: str | Path | None = None, out: str | Path | None = None) -> Path:
+                 paper: str | Path | None = None, out: str | Path | None = None,
+                 warnings: list[str] | None = None) -> Path:
     """Write ``report.html`` for a run bundle or a sweep directory; return its path.
 
     directory: run bundle or sweep DIR; extra_sections: more `Section` callables (placed
     before the warnings); paper: a paper.toml (default: DIR/paper.toml when present);
-    out: output file (default DIR/report.html).
+    out: output file (default DIR/report.html); warnings: gets a line for every file of
+    the folder that was skipped (a symbolic link is never followed).
     """
     root = Path(directory)
     if not root.is_dir():
         raise ReportInputError(f"{root}: no such directory; pass a run or sweep directory")
     ctx = _context(root)
-    ctx.figure_dir = root / "figures"
-    pp = Path(paper) if paper else root / "paper.toml"
-    if paper and not pp.is_file():
-        raise ReportInputError(f"{pp}: no such paper values file")
-    if pp.is_file():
+    figures = safefiles.check(root, root / "figures", "dir")
+    if figures in (None, "missing"):
+        ctx.figure_dir = root / "figures"
+    else:
+        ctx.warnings.append(f"figures not saved: {root / 'figures'} is {figures}")
+    if paper:
+        pp = Path(paper)
+        if not pp.is_file():
+            raise ReportInputError(f"{pp}: no such paper values file")
         ctx.paper = load_paper(pp)
+    elif safefiles.file_in(root, "paper.toml", ctx.warnings) is not None:
+        ctx.paper = load_paper(root / "paper.toml")
     base = RUN_SECTIONS if ctx.kind == "run" else SWEEP_SECTIONS
     sections = [s for s in base if s is not warnings_section] + list(extra_sections) + \
         [warnings_section]
     page = render(ctx, sections)
+    if warnings is not None:
+        warnings.extend(w for w in ctx.warnings if w.startswith(("skipped ", "figures not")))
     target = Path(out) if out else root / REPORT_NAME
     write_atomic(target, lambda p: p.write_text(page, encoding="utf-8"))
     return target

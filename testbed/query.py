@@ -20,18 +20,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from testbed import safefiles
 from testbed.errors import InputError
 from testbed.results import COMPLETE, METRIC_TABLES, bundles, runs_frame
-
-
-def _sql_str(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
 
 
 def connect(out: Path) -> Any:
     """An in-memory DuckDB connection with the views over DIR's bundles.
 
-    out: the output directory of `testbed run`.
+    out: the output directory of `testbed run`.  No path is put into SQL text: each
+    metrics file is read here (a regular file inside its bundle, no symbolic link
+    followed) and handed to DuckDB as an Arrow table, so a folder named with glob or quote
+    characters cannot change what the query reads.
     """
     import duckdb
 
@@ -45,22 +45,32 @@ def connect(out: Path) -> Any:
     con.execute("CREATE VIEW runs AS SELECT * FROM runs_frame")
     complete = [b for b in bundles(out) if b.status() == COMPLETE]
     for table in METRIC_TABLES:
-        files = [b.metrics_dir / f"{table}.parquet" for b in complete]
-        files = [f for f in files if f.is_file()]
-        con.execute(f"CREATE VIEW {table} AS {_table_sql(con, files)}")
+        files = [(b.run_id, safefiles.file_in(b.root, f"metrics/{table}.parquet"))
+                 for b in complete]
+        con.register(f"{table}_data", stacked_table([(r, f) for r, f in files if f]))
+        con.execute(f"CREATE VIEW {table} AS SELECT * FROM {table}_data")
     return con
 
 
-def _table_sql(con: Any, files: list[Path]) -> str:
-    """SQL selecting the stacked files with a leading run_id column (from the folder name)."""
+def stacked_table(files: list[tuple[str, Path]]) -> Any:
+    """One Arrow table of the given parquet files with a leading run_id column.
+
+    files: (run id, path) pairs; columns are united by name (missing ones are null).
+    """
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     if not files:
-        return "SELECT NULL::VARCHAR AS run_id WHERE false"
-    listing = "[" + ", ".join(_sql_str(str(f)) for f in files) + "]"
-    source = f"read_parquet({listing}, union_by_name = true, filename = true)"
-    cols = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()]
-    run_id = r"regexp_extract(filename, '([^/]+)/metrics/[^/]+$', 1)"
-    exclude = ["filename"] + (["run_id"] if "run_id" in cols else [])
-    return (f"SELECT {run_id} AS run_id, * EXCLUDE ({', '.join(exclude)}) FROM {source}")
+        return pa.table({"run_id": pa.array([], pa.string())})
+    parts = []
+    for run_id, path in files:
+        t = pq.read_table(io.BytesIO(safefiles.read_bytes(path)))
+        if "run_id" in t.column_names:
+            t = t.drop_columns(["run_id"])
+        parts.append(t.add_column(0, "run_id", pa.array([run_id] * t.num_rows, pa.string())))
+    return pa.concat_tables(parts, promote_options="default")
 
 
 def run_query(out: Path, sql: str):

@@ -23,6 +23,7 @@ import contextlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 import time
 import traceback
@@ -31,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from testbed import safefiles
 from testbed.errors import InputError, MissingFeatureError, RunError, TestbedError
 
 RUNNING = "running"
@@ -152,9 +154,11 @@ class Bundle:
 
     def read_metadata(self) -> dict[str, Any] | None:
         """metadata.json as a dict, or None when missing or unreadable."""
+        if safefiles.file_in(self.root, "metadata.json") is None:
+            return None  # absent, or a link / FIFO: never followed
         try:
-            meta = json.loads(self.metadata_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            meta = json.loads(safefiles.read_text(self.metadata_path))
+        except (OSError, ValueError, InputError):
             return None
         return meta if isinstance(meta, dict) else None
 
@@ -219,22 +223,52 @@ def move_aside(out: Path, bundle: Bundle) -> Path:
     return dest
 
 
+def open_lock_file(path: Path) -> int:
+    """Open (creating it if absent) the lock file of an output folder; return the fd.
+
+    Never follows a symbolic link (``O_NOFOLLOW``; a new file is made with
+    ``O_CREAT | O_EXCL``), and an existing file must be a regular file owned by us with one
+    link, so a planted ``.testbed-run.lock -> /etc/shadow`` (or a hard link to it) is
+    refused with `InputError` instead of being truncated as root.
+    """
+    flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        try:
+            fd = os.open(path, flags | os.O_NONBLOCK)
+        except OSError:
+            raise InputError(f"{path}: not a regular file (a symbolic link?); the lock "
+                             "file is never followed; remove it and run again") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink != 1:
+        os.close(fd)
+        raise InputError(f"{path}: not a regular file owned by this user with a single "
+                         "link; remove it and run again")
+    return fd
+
+
 @contextlib.contextmanager
 def locked(out: Path) -> Iterator[None]:
-    """Hold an exclusive lock on DIR so that two sweeps never write into it at once."""
+    """Hold an exclusive lock on DIR so that two sweeps never write into it at once.
+
+    Only commands that write into DIR take it (run, study, and report when it finishes
+    a deferred analysis); see `open_lock_file` for how the file is opened.
+    """
     import fcntl
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / LOCK
-    f = open(path, "a+")  # noqa: SIM115 - held for the whole block
+    fd = open_lock_file(path)
+    f = os.fdopen(fd, "r+")
     try:
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             f.seek(0)
-            holder = f.read().strip() or "?"
-            raise InputError(f"{out}: another `testbed run` (pid {holder}) is writing here; "
+            holder = f.read(32).strip() or "?"
+            raise InputError(f"{out}: another `testbed run` (pid {holder!r}) is writing here; "
                              "wait for it or use another --out") from None
         f.seek(0)
         f.truncate()
@@ -266,8 +300,29 @@ def _flat(prefix: str, value: Any, into: dict[str, Any]) -> None:
         into[prefix] = value
 
 
+IDENTITY_COLUMNS = ("run_id", "name", "status", "repetition", "seed", "started", "ended",
+                    "wall_s", "error", "path")
+PARAM_PREFIX = "param:"
+
+
+def param_column(key: str, taken: set[str] | tuple[str, ...] = IDENTITY_COLUMNS) -> str:
+    """The summary column of swept key: the key itself (``transport.cc``), or
+    ``param:<key>`` when that name is an identity column (``seed``, ``status``, ...) or a
+    phase-time column (``*_s`` without a dot), so no parameter replaces them."""
+    key = str(key)
+    if key in taken or (key.endswith("_s") and "." not in key) or \
+            key.startswith(PARAM_PREFIX):
+        return PARAM_PREFIX + key
+    return key
+
+
 def run_row(bundle: Bundle) -> dict[str, Any]:
-    """One row of the runs table: identity, status, times, swept values, headline metrics."""
+    """One row of the runs table: identity, status, times, swept values, headline metrics.
+
+    Identity and status come from the bundle itself (folder name, `Bundle.status`); a
+    swept key named like one of them gets its own column (`param_column`), and a headline
+    metric never replaces a column already set.
+    """
     meta = bundle.read_metadata() or {}
     row: dict[str, Any] = {
         "run_id": bundle.run_id,
@@ -281,13 +336,16 @@ def run_row(bundle: Bundle) -> dict[str, Any]:
         "error": meta.get("error"),
         "path": str(bundle.root),
     }
-    for phase, secs in (meta.get("timing") or {}).items():
-        if phase != "done":
+    timing = meta.get("timing")
+    for phase, secs in (timing.items() if isinstance(timing, dict) else ()):
+        if phase != "done" and f"{phase}".replace("-", "").isidentifier():
             row[f"{phase.replace('-', '')}_s"] = secs
-    for key, value in (meta.get("params") or {}).items():
-        row[key] = value
+    params = meta.get("params")
+    for key, value in (params.items() if isinstance(params, dict) else ()):
+        row[param_column(key)] = value
     headline: dict[str, Any] = {}
-    _flat("", meta.get("headline") or {}, headline)
+    hl = meta.get("headline")
+    _flat("", hl if isinstance(hl, dict) else {}, headline)
     for key, value in headline.items():
         row.setdefault(key, value)
     return row
@@ -298,9 +356,7 @@ def runs_frame(out: Path):
     import pandas as pd
 
     rows = [run_row(b) for b in bundles(out)]
-    df = pd.DataFrame(rows, columns=None if rows else
-                      ["run_id", "name", "status", "repetition", "seed", "started", "ended",
-                       "wall_s", "error", "path"])
+    df = pd.DataFrame(rows, columns=None if rows else list(IDENTITY_COLUMNS))
     for col in df.columns:
         df[col] = _uniform(df[col])
     return df
