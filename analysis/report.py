@@ -36,6 +36,7 @@ from testbed import safefiles, units
 from testbed.capture import shortfall
 from testbed.compat import tomllib
 from testbed.errors import InputError
+from testbed.safefiles import safe_href  # noqa: F401  (re-exported for sections)
 
 Section = Callable[["ReportContext"], str]
 REPORT_NAME = "report.html"

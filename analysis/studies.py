@@ -32,6 +32,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from testbed import safefiles
 from testbed.compat import tomllib
 from testbed.errors import InputError
 from testbed.results import atomic_write_text
@@ -560,9 +561,10 @@ def render(res: StudyResult, paper: dict, out: Path) -> str:
         f"<li><b>{e(f.get('source', k))}</b> — {e(f.get('title', ''))}<br>"
         f"<i>{e(str(f.get('claim', '')).strip())}</i></li>"
         for k, f in (paper.get("figures") or {}).items())
-    links = "".join(f'<li><a href="{e(p.name)}/report.html">{e(p.name)}</a></li>'
+    links = "".join(f'<li><a href="{e(href)}">{e(p.name)}</a></li>'
                     for p in sorted(out.iterdir())
-                    if p.is_dir() and (p / "report.html").exists())
+                    if safefiles.file_in(out, f"{p.name}/report.html") is not None
+                    and (href := safefiles.safe_href(f"{p.name}/report.html")) is not None)
     missing = (f"<p class=bad>No complete runs for: {e(', '.join(res.missing))}</p>"
                if res.missing else "")
     setup = e(str((paper.get("paper") or {}).get("setup", "")))

@@ -11,6 +11,7 @@ bundle file must not hang it.  So these helpers:
   regular file / real directory inside root; None otherwise, adding
   ``skipped <path>: <reason>`` to warnings when something is there but not followed;
 * `files_in(root, rel, suffixes, warnings)`: the regular files of a folder;
+* `safe_href(target)`: a link a report may write (http(s), or relative inside its folder);
 * `read_bytes(path)` / `read_text(path)`: open with ``O_NOFOLLOW`` and refuse anything but
   a regular file (checked on the open descriptor, so a swap after `check` does not help).
 """
@@ -18,8 +19,10 @@ bundle file must not hang it.  So these helpers:
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
+from urllib.parse import quote, urlsplit
 
 from testbed.errors import InputError
 
@@ -128,3 +131,20 @@ def read_bytes(path: Path) -> bytes:
 def read_text(path: Path) -> str:
     """`read_bytes` decoded as UTF-8 (undecodable bytes replaced)."""
     return read_bytes(path).decode("utf-8", errors="replace")
+
+
+def safe_href(target: str) -> str | None:
+    """A link target fit for a report, or None: an ``http(s)://`` URL, or a relative path
+    to a file inside the report's folder (``./<quoted path>``; no scheme such as
+    ``javascript:``, no ``..``, no absolute path)."""
+    text = str(target).strip()
+    if re.match(r"(?i)^https?://[^\s\"'<>]+$", text):
+        parts = urlsplit(text)
+        return text if parts.netloc else None
+    if not text or text.startswith(("/", "\\")) or re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", text):
+        return None
+    segments = text.replace("\\", "/").split("/")
+    if any(seg in ("", ".", "..") for seg in segments) or any(
+            ord(c) < 32 for c in text):
+        return None
+    return "./" + "/".join(quote(seg, safe="") for seg in segments)
