@@ -184,6 +184,10 @@ def _print_dry_run(plans: list[Any], out: Path) -> None:
                       *(json.dumps(p.params[k]) for k in keys))
     console.print(table)
     runner = dry_run_commands(plans[0], out / plans[0].run_id)
+    if not runner.transcript.entries and ":" in str(plans[0].spec.topology.kind):
+        console.print(f"\ncommands not listed: topology {plans[0].spec.topology.kind} is "
+                      "code, which only a real run imports and builds (as root)")
+        return
     console.print(f"\ncommands of the first run ({plans[0].run_id}), in order:")
     console.out(runner.transcript.as_shell(), highlight=False)
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import math
 import os
 import time
@@ -35,6 +36,7 @@ from testbed.results import DEFERRED, Bundle, atomic_write_text
 from testbed.spec import (
     BulkWorkload,
     CbrWorkload,
+    CustomTopology,
     Experiment,
     FatTreeTopology,
     FlowsWorkload,
@@ -75,16 +77,33 @@ def build_topology(exp: Experiment) -> Any:
             k=topo.k, bw=None if topo.bw is None else topo.bw / 1e6,
             delay=format_duration_exact(topo.delay) if topo.delay else None,
             loss=topo.loss or None, max_queue_size=topo.queue)
-    module, _, cls = topo.kind.partition(":")
-    try:
-        klass = getattr(importlib.import_module(module), cls)
-    except (ImportError, AttributeError) as exc:
-        raise SpecError(f"topology.kind: cannot load {topo.kind!r} ({exc}); give "
-                        "'package.module:Class' importable from the project") from None
+    klass = custom_topology_class(topo.kind)
     try:
         return klass(**topo.params)
     except TypeError as exc:
         raise SpecError(f"topology.params: {topo.kind} does not accept them ({exc})") from None
+
+
+def custom_topology_class(kind: str) -> type:
+    """The class named by ``topology.kind = "package.module:Class"``, checked to be a
+    subclass of Mininet's ``Topo`` before anything of it is called.
+
+    Importing the module runs its code (as root, in a real run): a custom topology module
+    is trusted code (docs/security.md).  Anything but a ``Topo`` subclass -- a function
+    such as ``subprocess:getoutput``, an instance, a module -- raises `SpecError`.
+    """
+    from mininet.topo import Topo
+
+    module, _, name = kind.partition(":")
+    try:
+        klass = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise SpecError(f"topology.kind: cannot load {kind!r} ({exc}); give "
+                        "'package.module:Class' importable from the project") from None
+    if not (inspect.isclass(klass) and issubclass(klass, Topo)):
+        raise SpecError(f"topology.kind: {kind!r} is not a Mininet Topo subclass; give a "
+                        "class derived from mininet.topo.Topo") from None
+    return klass
 
 
 def topo_hosts(exp: Experiment, topo: Any) -> list[str]:
@@ -687,6 +706,8 @@ def dry_run_commands(plan: Any, run_dir: Path) -> CommandRunner:
     exp: Experiment = plan.spec
     run_dir = Path(run_dir)
     runner = CommandRunner(dry_run=True)
+    if isinstance(exp.topology, CustomTopology):
+        return runner  # a custom topology is code: a dry run neither imports nor builds it
     topo = build_topology(exp)
     check_against_topology(exp, topo)
     hosts = topo_hosts(exp, topo)

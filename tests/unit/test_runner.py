@@ -246,3 +246,31 @@ def test_in_parallel_keeps_the_order_and_raises_the_first_error():
 
     with pytest.raises(ValueError, match="host 3"):
         in_parallel(boom, list(range(6)))
+
+
+@pytest.mark.parametrize("kind", ["subprocess:getoutput", "os:system",
+                                  "testbed.errors:SpecError", "topologies:pair"])
+def test_custom_topology_must_be_a_topo_class_and_is_never_called_otherwise(kind, tmp_path):
+    marker = tmp_path / "ran"
+    data = {"name": "c", "duration": "5s",
+            "topology": {"kind": kind, "params": {"cmd": f"touch {marker}",
+                                                  "command": f"touch {marker}"}},
+            "workload": [{"kind": "ping", "src": "h1", "dst": "h2"}]}
+    with pytest.raises(SpecError, match=r"topology\.kind: .* is not a Mininet Topo subclass"):
+        build_topology(plan(data).spec)
+    assert not marker.exists()
+
+
+def test_dry_run_never_imports_or_builds_a_custom_topology(tmp_path, monkeypatch):
+    marker = tmp_path / "imported"
+    (tmp_path / "evil_topo.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\n"
+        "from mininet.topo import Topo\n"
+        "class T(Topo):\n"
+        "    def build(self, **_):\n"
+        f"        open({str(marker)!r}, 'a').write('built')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    data = {"name": "c", "duration": "5s", "topology": {"kind": "evil_topo:T"},
+            "workload": [{"kind": "ping", "src": "h1", "dst": "h2"}]}
+    runner = dry_run_commands(plan(data), tmp_path / "run")
+    assert runner.transcript.entries == [] and not marker.exists()
