@@ -385,6 +385,13 @@ class Network:
                     m.interfaces.append(intf.name)
         self._write_manifest()
 
+    def _record_controller(self, ctl: Any) -> None:
+        """Put the controller's process (pid, start time) into the manifest, so that a
+        clean-up after a SIGKILL of this process ends it too."""
+        self.manifest.record_process("controller", getattr(getattr(ctl, "proc", None),
+                                                           "pid", None))
+        self._write_manifest()
+
     def _write_manifest(self) -> None:
         if self.workdir is not None:
             self.workdir.mkdir(parents=True, exist_ok=True)
@@ -394,6 +401,7 @@ class Network:
         ctl = self.controller
         if ctl is not None:
             ctl.start()
+            self._record_controller(ctl)
             ctl.pre_switch_start(self)
         self.mn.start()
         self._check_bridges()
@@ -699,6 +707,7 @@ class Network:
                 self._step("links", self._delete_links)
                 self._step("mininet", self.mn.stop)
             self._step("leftovers", self._remove_leftovers)
+            self._step("manifest", self.manifest.discard)
         finally:
             self._restore_signal_handlers()
 
@@ -783,6 +792,7 @@ class Network:
         self.controller = controller
         if controller is not None:
             controller.start()
+            self._record_controller(controller)
             controller.pre_switch_start(self)
             self._wait_programmed(controller)
 

@@ -30,8 +30,9 @@ Reuse is offered only for runs it should not change:
 A run
 that fails while its network is up (or whose clean-up between runs fails) gets no
 successor on it: the keeper stops it.  While a network waits between two runs its
-manifest is in ``<state_dir>/_kept-network.json``; the next keeper on that folder
-removes what a killed process left there.  `close` writes the last stop's report to
+manifest is in ``<state_dir>/_kept-network.json`` (and, trusted, in the testbed's own
+state directory: `testbed.cleanup.state_dir`); the next keeper on that folder removes
+what a killed process left there, by the trusted copy.  `close` writes the last stop's report to
 ``<state_dir>/_network-teardown.json``.
 """
 
@@ -203,17 +204,21 @@ class NetworkKeeper:
 
     def _forget_kept(self) -> None:
         if self.state_dir is not None:
+            from testbed.cleanup import discard_manifest
+
             (self.state_dir / KEPT).unlink(missing_ok=True)
+            discard_manifest(self.state_dir / KEPT)
 
     def _recover(self, runner: CommandRunner) -> dict[str, list[str]]:
         """Once per keeper: remove a network an earlier process kept and never stopped."""
         if self._recovered or self.state_dir is None:
             return {}
         self._recovered = True
+        from testbed.cleanup import cleanup_from_manifest, has_manifest
+
         path = self.state_dir / KEPT
-        if not path.is_file():
+        if not path.is_file() and not has_manifest(path):
             return {}
-        from testbed.cleanup import cleanup_from_manifest
 
         report = cleanup_from_manifest(path, runner)
         path.unlink(missing_ok=True)

@@ -666,14 +666,15 @@ def _flow_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
 def recover_bundle(bundle: Bundle) -> dict[str, list[str]]:
     """Remove what the network of a run whose process died left behind (by its manifest).
 
-    bundle: a bundle still marked ``running``; returns what was removed.
+    bundle: a bundle still marked ``running``; returns what was removed.  The manifest
+    in the bundle is never trusted on its own (`testbed.cleanup.cleanup_from_manifest`).
     """
-    from testbed.cleanup import MANIFEST, cleanup_from_manifest
+    from testbed.cleanup import MANIFEST, cleanup_from_manifest, has_manifest
 
     manifest = bundle.logs_dir / "network" / MANIFEST
-    if not manifest.is_file():
+    if not manifest.is_file() and not has_manifest(manifest):
         return {}
-    return cleanup_from_manifest(manifest)
+    return cleanup_from_manifest(manifest)  # acts on the state directory's copy alone
 
 
 # ---------------------------------------------------------------------------------------

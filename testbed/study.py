@@ -81,7 +81,7 @@ def run_study(study: Path, variant: str = "quick", out: Path | None = None,
     from testbed.progress import SweepProgress
     from testbed.results import run_sweep
     from testbed.reuse import NetworkKeeper
-    from testbed.runner import execute_run
+    from testbed.runner import execute_run, recover_bundle
     from testbed.sweep import plan_runs
 
     specs = study_specs(study, variant)
@@ -106,7 +106,8 @@ def run_study(study: Path, variant: str = "quick", out: Path | None = None,
             extra = {"command": f"testbed study {study} --variant {variant}",
                      "spec_file": str(spec), "study": study.name, "variant": variant}
             report = run_sweep(spec_plans, spec_out, execute, fail_fast=fail_fast,
-                               progress=SweepProgress(), extra_meta=extra)
+                               progress=SweepProgress(), extra_meta=extra,
+                               recover=recover_bundle)
             if report.failed:
                 outcome.failed[spec.stem] = "; ".join(f"{rid}: {err}"
                                                       for rid, err in report.failed)
