@@ -175,6 +175,21 @@ class Manifest:
                    processes={str(k): list(v) for k, v in procs.items()})
 
 
+def deferred_interrupt(signums: Sequence[str | int]) -> BaseException | None:
+    """The exception a signal that arrived during a clean-up raises once it is over.
+
+    signums: the signals recorded while the clean-up ran (it is never cut short: a
+    second Ctrl-C still leaves nothing behind).  SIGINT gives KeyboardInterrupt, SIGTERM
+    SystemExit(143); none gives None.  The signal is therefore never swallowed.
+    """
+    nums = [int(s) for s in signums]
+    if signal.SIGINT in nums:
+        return KeyboardInterrupt()
+    if nums:
+        return SystemExit(128 + nums[0])
+    return None
+
+
 def process_start_time(pid: int) -> int | None:
     """A process's start time (clock ticks after boot, /proc/<pid>/stat field 22), or None
     when it is gone; with the pid it names one process even after pid reuse."""

@@ -59,6 +59,7 @@ from testbed import shaping as sh
 from testbed.cleanup import (
     MANIFEST,
     Manifest,
+    deferred_interrupt,
     keep_ovs_state,
     kill_pids,
     netns_inode,
@@ -710,6 +711,9 @@ class Network:
             self._step("manifest", self.manifest.discard)
         finally:
             self._restore_signal_handlers()
+        deferred = deferred_interrupt(self.cleanup_report.get("signals_during_cleanup", []))
+        if deferred is not None:  # the clean-up finished; now the Ctrl-C / SIGTERM counts
+            raise deferred
 
     # -- one network, several runs -----------------------------------------------------
     def end_run(self) -> None:
