@@ -61,6 +61,8 @@ def load_metadata(run_dir: Path) -> dict:
         meta = json.loads(safefiles.read_text(p))
     except json.JSONDecodeError as exc:
         raise S.SampleFormatError(f"{p}: not valid JSON ({exc.msg}); re-run the run") from None
+    except RecursionError:
+        raise S.SampleFormatError(f"{p}: not valid JSON (nested too deeply)") from None
     if not isinstance(meta, dict):
         raise S.SampleFormatError(f"{p}: not a JSON object; re-run the run")
     return meta

@@ -316,6 +316,8 @@ def load_paper(path: Path) -> list[dict]:
         raise ReportInputError(f"{path}: not valid TOML ({exc}); fix the file") from None
     except OSError as exc:
         raise ReportInputError(f"{path}: cannot read it ({exc.strerror})") from None
+    except RecursionError:
+        raise ReportInputError(f"{path}: not valid TOML (nested too deeply)") from None
     vals = data.get("value", [])
     if not isinstance(vals, list):
         raise ReportInputError(f"{path}: value must be an array of tables ([[value]])")
@@ -330,6 +332,18 @@ def load_paper(path: Path) -> list[dict]:
             raise ReportInputError(f"{path}: value[{i}]: metric must be a string, value and "
                                    "tolerance numbers, where a table")
     return vals
+
+
+def _read_parquet(path: Path) -> pd.DataFrame:
+    """A parquet file of the folder (no link followed); a corrupt one is a one-line error."""
+    import pyarrow as pa
+
+    try:
+        return pd.read_parquet(io.BytesIO(safefiles.read_bytes(path)))
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise ReportInputError(f"{path}: not a readable parquet table ({first}); "
+                               "re-run `testbed analyze` or the run") from None
 
 
 def _context(root: Path) -> ReportContext:
@@ -349,14 +363,14 @@ def _context(root: Path) -> ReportContext:
         for name in ("flows", "timeseries", "cwnd", "ping", "events"):
             p = safefiles.file_in(root, f"metrics/{name}.parquet", skipped)
             if p is not None:
-                ctx.tables[name] = pd.read_parquet(io.BytesIO(safefiles.read_bytes(p)))
+                ctx.tables[name] = _read_parquet(p)
         spec = safefiles.file_in(root, "spec.toml", skipped)
         ctx.spec_text = safefiles.read_text(spec) if spec is not None else ""
         ctx.warnings.extend(skipped)
         return ctx
     summary = safefiles.file_in(root, "summary.parquet", skipped)
     if summary is not None:
-        data = pd.read_parquet(io.BytesIO(safefiles.read_bytes(summary)))
+        data = _read_parquet(summary)
         return ReportContext(root, "sweep", tables={"summary": data}, warnings=skipped)
     raise ReportInputError(f"{root}: neither a run bundle (metadata.json, pcap/ or metrics/) "
                            "nor a sweep (summary.parquet); pass the --out DIR of testbed run"

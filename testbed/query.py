@@ -66,11 +66,19 @@ def stacked_table(files: list[tuple[str, Path]]) -> Any:
         return pa.table({"run_id": pa.array([], pa.string())})
     parts = []
     for run_id, path in files:
-        t = pq.read_table(io.BytesIO(safefiles.read_bytes(path)))
+        try:
+            t = pq.read_table(io.BytesIO(safefiles.read_bytes(path)))
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            raise InputError(f"{path}: not a readable parquet table ({first})") from None
         if "run_id" in t.column_names:
             t = t.drop_columns(["run_id"])
         parts.append(t.add_column(0, "run_id", pa.array([run_id] * t.num_rows, pa.string())))
-    return pa.concat_tables(parts, promote_options="default")
+    try:
+        return pa.concat_tables(parts, promote_options="default")
+    except (ValueError, pa.ArrowException) as exc:
+        raise InputError(f"the metrics tables of {len(parts)} runs do not fit together "
+                         f"({str(exc).strip()[:200]})") from None
 
 
 def run_query(out: Path, sql: str):

@@ -158,7 +158,7 @@ class Bundle:
             return None  # absent, or a link / FIFO: never followed
         try:
             meta = json.loads(safefiles.read_text(self.metadata_path))
-        except (OSError, ValueError, InputError):
+        except (OSError, ValueError, InputError, RecursionError):
             return None
         return meta if isinstance(meta, dict) else None
 
