@@ -24,6 +24,7 @@ Which number answers which claim (see each study's README):
 from __future__ import annotations
 
 import html
+import io
 import json
 import math
 from collections.abc import Callable
@@ -82,10 +83,15 @@ def _complete_runs(spec_out: Path) -> list[Path]:
     runs = []
     if not spec_out.is_dir():
         return runs
-    for meta_file in sorted(spec_out.glob("*/metadata.json")):
+    for run in sorted(spec_out.iterdir()):
+        meta_file = safefiles.file_in(spec_out, f"{run.name}/metadata.json")
+        if meta_file is None:  # absent, or a symbolic link: never followed
+            continue
         try:
-            meta = json.loads(meta_file.read_text())
-        except (OSError, ValueError):
+            meta = json.loads(safefiles.read_text(meta_file))
+        except (OSError, ValueError, RecursionError, InputError):
+            continue
+        if not isinstance(meta, dict):
             continue
         if meta.get("status") == "complete":
             runs.append(meta_file.parent)
@@ -93,9 +99,10 @@ def _complete_runs(spec_out: Path) -> list[Path]:
 
 
 def _params(run: Path) -> dict:
-    meta = json.loads((run / "metadata.json").read_text())
+    meta = json.loads(safefiles.read_text(run / "metadata.json"))  # checked by _complete_runs
+    params = meta.get("params")
     out = {}
-    for k, v in (meta.get("params") or {}).items():
+    for k, v in (params.items() if isinstance(params, dict) else ()):
         out[k] = json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v
     return out
 
@@ -107,10 +114,10 @@ def run_table(spec_out: Path, name: str) -> pd.DataFrame:
     """
     parts = []
     for run in _complete_runs(spec_out):
-        f = run / "metrics" / f"{name}.parquet"
-        if not f.exists():
+        f = safefiles.file_in(run, f"metrics/{name}.parquet")
+        if f is None:
             continue
-        df = pd.read_parquet(f)
+        df = pd.read_parquet(io.BytesIO(safefiles.read_bytes(f)))
         df = df.assign(run_id=run.name, **{f"param:{k}": v for k, v in _params(run).items()})
         parts.append(df)
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
@@ -196,7 +203,8 @@ def _resolved_spec(spec_out: Path) -> dict | None:
     runs = _complete_runs(spec_out)
     if not runs:
         return None
-    return tomllib.loads((runs[0] / "spec.toml").read_text())
+    spec = safefiles.file_in(runs[0], "spec.toml")
+    return tomllib.loads(safefiles.read_text(spec)) if spec is not None else None
 
 
 # ---------------------------------------------------------------------------------------

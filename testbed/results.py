@@ -591,10 +591,11 @@ def finish_deferred(out: Path, analyze: Callable[[Path], dict[str, Any]],
             except Exception as exc:
                 error = "analysis: " + (str(exc) if isinstance(exc, TestbedError)
                                         else f"{type(exc).__name__}: {exc}")
-                with contextlib.suppress(OSError):
-                    bundle.logs_dir.mkdir(parents=True, exist_ok=True)
-                    atomic_write_text(bundle.logs_dir / "error.log", "".join(
-                        traceback.format_exception(type(exc), exc, exc.__traceback__)))
+                if safefiles.check(bundle.root, bundle.logs_dir, "dir") in (None, "missing"):
+                    with contextlib.suppress(OSError):  # never through a linked logs/
+                        bundle.logs_dir.mkdir(parents=True, exist_ok=True)
+                        atomic_write_text(bundle.logs_dir / "error.log", "".join(
+                            traceback.format_exception(type(exc), exc, exc.__traceback__)))
                 meta.update(status=FAILED, error=error)
                 failed.append((bundle.run_id, error))
             else:

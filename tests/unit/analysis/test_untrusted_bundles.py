@@ -199,3 +199,36 @@ def test_study_report_links_only_relative_files_inside(tmp_path):
                 "../outside.html", "/etc/passwd", "file:///etc/passwd"):
         assert report.safe_href(bad) is None, bad
     assert json.dumps(report.safe_href("a b/report.html")) == '"./a%20b/report.html"'
+
+
+def test_deferred_analysis_never_writes_through_linked_folders(tmp_path):
+    from testbed.results import finish_deferred
+
+    out = tmp_path / "out"
+    b = _complete_bundle(out, "r1", 1)
+    meta = b.read_metadata()
+    meta["analysis"] = "deferred"
+    b.write_metadata(meta)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (b.root / "logs").symlink_to(elsewhere)
+
+    def failing(root):
+        raise ValueError("boom")
+
+    finish_deferred(out, failing)
+    assert list(elsewhere.iterdir()) == []
+    assert b.read_metadata()["status"] == "failed"
+
+
+def test_study_tables_skip_linked_metadata_and_metrics(tmp_path):
+    good = _complete_bundle(tmp_path, "r1", 1)
+    _complete_bundle(tmp_path / "elsewhere", "r2", 2)
+    (tmp_path / "r2").mkdir()
+    (tmp_path / "r2" / "metadata.json").symlink_to(tmp_path / "elsewhere/r2/metadata.json")
+    (tmp_path / "r3").symlink_to(tmp_path / "elsewhere" / "r2")
+    (good.root / "metrics" / "ping.parquet").unlink()
+    (good.root / "metrics" / "ping.parquet").symlink_to(tmp_path / "elsewhere/r2/metrics/"
+                                                        "ping.parquet")
+    assert list(studies.run_table(tmp_path, "flows")["bytes"]) == [1]
+    assert studies.run_table(tmp_path, "ping").empty
