@@ -24,7 +24,7 @@ from mininet.link import Intf
 from mininet.node import Host, OVSSwitch
 
 from testbed.commands import CommandRunner
-from testbed.errors import CommandTimeout, RunError
+from testbed.errors import CommandTimeout, RunError, TestbedError
 
 _TOKEN = re.compile(r"[A-Za-z0-9_.:/@-]+")
 
@@ -225,6 +225,16 @@ def run_vsctl(argv: list[str]) -> tuple[str, str, int]:
     return res.stdout, res.stderr, res.returncode
 
 
+def run_split(cmd: str) -> tuple[str, str, int]:
+    """Mininet's ``errRun`` for a command string (split on spaces, no shell), through the
+    command gate and bounded by `VSCTL_BATCH_TIMEOUT_S`; a failure to run is returned as
+    a non-zero exit (this serves shut-downs, which must go on)."""
+    try:
+        return run_vsctl([w for w in cmd.split(" ") if w])
+    except TestbedError as exc:
+        return "", str(exc), 1
+
+
 def is_vsctl_error(output: str) -> bool:
     """True if ovs-vsctl's output (stdout and stderr together) reports a failure (pure);
     a bridge-creating transaction prints nothing when it succeeds."""
@@ -274,6 +284,12 @@ class ProbedOVSSwitch(BoundedCmd, OVSSwitch):
             out = self.vsctl_errors[-1]
         raise RunError(f"ovs-vsctl could not create bridge {self.name} "
                        f"({VSCTL_TRIES} tries): {out[-300:]}")
+
+    @classmethod
+    def batchShutdown(cls, switches: Any, run: Any = None) -> Any:
+        """Mininet's batch shut-down (``ovs-vsctl del-br ...``, ``kill -HUP``), its commands
+        run as argument lists with a timeout instead of waiting without end."""
+        return super().batchShutdown(switches, run=run or run_split)
 
     @classmethod
     def batchStartup(cls, switches: Any, run: Any = None) -> Any:

@@ -309,3 +309,39 @@ def test_a_node_command_that_finishes_returns_its_output():
     assert _HangingShell(["a", "b"]).waitOutput() == "ab"
     assert issubclass(QuickHost, mininet_nodes.BoundedCmd)
     assert issubclass(ProbedOVSSwitch, mininet_nodes.BoundedCmd)
+
+
+def test_batch_shutdown_runs_bounded_argument_lists(monkeypatch):
+    seen: list[list[str]] = []
+    monkeypatch.setattr(mininet_nodes, "run_vsctl",
+                        lambda argv: seen.append(argv) or ("", "", 0))
+
+    class Sw:
+        def __init__(self, name: str, pid: int):
+            self.name, self.pid, self.terminated = name, pid, False
+
+        def __str__(self) -> str:
+            return self.name
+
+        def isOldOVS(self) -> bool:
+            return False
+
+        def terminate(self) -> None:
+            self.terminated = True
+
+    sws = [Sw("E0", 101), Sw("E1", 102)]
+    assert ProbedOVSSwitch.batchShutdown(sws) == sws
+    assert seen == [["ovs-vsctl", "--if-exists", "del-br", "E0", "--", "--if-exists",
+                     "del-br", "E1"], ["kill", "-HUP", "101", "102"]]
+    assert all(s.terminated for s in sws)
+
+
+def test_run_split_never_raises(monkeypatch):
+    from testbed.errors import CommandTimeout
+
+    def hang(argv):
+        raise CommandTimeout(argv, 600.0)
+
+    monkeypatch.setattr(mininet_nodes, "run_vsctl", hang)
+    _out, err, code = mininet_nodes.run_split("ovs-vsctl del-br s1")
+    assert code == 1 and "timed out" in err
