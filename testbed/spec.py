@@ -37,7 +37,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from testbed.compat import tomllib
-from testbed.errors import SpecError, UnitError
+from testbed.errors import InputError, SpecError, UnitError
 from testbed.units import parse_duration, parse_percent, parse_rate, parse_size
 
 # ---------------------------------------------------------------------------------------
@@ -302,6 +302,16 @@ class Transport(SpecModel):
     subflows_per_path: Annotated[int, Field(ge=1, le=4)] = 1
     scheduler: CCName | None = None
     sysctl: dict[str, str | int] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _sysctl_keys(self) -> Transport:
+        from testbed.transport import check_sysctls  # the one definition of what is allowed
+
+        try:
+            check_sysctls(self.sysctl)
+        except InputError as exc:
+            raise SpecError(str(exc)) from None
+        return self
 
 
 class _WorkloadBase(SpecModel):

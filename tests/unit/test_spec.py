@@ -172,3 +172,16 @@ def test_out_of_range_values_are_refused_at_load_time(where, value):
         data[key] = value
     with pytest.raises(SpecError, match=r"too large|out of range"):
         validate_spec(data, "s.toml")
+
+
+@pytest.mark.parametrize("key", ["net.ipv4/../../kernel/core_pattern", "net..x",
+                                 "kernel.core_pattern", "net.ipv4.", "net/../kernel.x"])
+def test_sysctl_keys_outside_net_are_refused_at_load_time(key):
+    data = {
+        "name": "x", "duration": "10s",
+        "topology": {"kind": "multipath", "paths": [{"name": "a", "bw": "10Mbit"}]},
+        "transport": {"sysctl": {key: "|/tmp/evil"}},
+        "workload": [{"kind": "bulk", "src": "client", "dst": "server", "size": "1MB"}],
+    }
+    with pytest.raises(SpecError, match=r"transport\.sysctl"):
+        validate_spec(data, "s.toml")
