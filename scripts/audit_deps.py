@@ -26,8 +26,11 @@ def audit_argv(python: str) -> list[str]:
     """The pip-audit command line: this interpreter's environment, JSON out, no spinner.
 
     python: the interpreter whose environment is audited (pip-audit installed in it).
+    ``--local``: the venv's own packages, not the distribution's system site packages
+    (the venv sees them for Mininet; their fixes come with the distribution's updates).
     """
-    return [python, "-m", "pip_audit", "--progress-spinner", "off", "--skip-editable",
+    return [python, "-m", "pip_audit", "--local", "--progress-spinner", "off",
+            "--skip-editable",
             "--format", "json", "--timeout", "15"]
 
 
