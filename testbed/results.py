@@ -284,12 +284,15 @@ def locked(out: Path) -> Iterator[None]:
 
 
 def bundles(out: Path) -> list[Bundle]:
-    """Every bundle directly under DIR (folders with a metadata.json), sorted by name."""
+    """Every bundle directly under DIR (folders with a metadata.json), sorted by name.
+
+    A folder that is a symbolic link, or whose metadata.json is one, is not a bundle."""
     out = Path(out)
     if not out.is_dir():
         return []
     return [Bundle(p) for p in sorted(out.iterdir())
-            if p.is_dir() and not p.name.startswith(("_", ".")) and (p / "metadata.json").exists()]
+            if not p.name.startswith(("_", "."))
+            and safefiles.file_in(out, f"{p.name}/metadata.json") is not None]
 
 
 def _flat(prefix: str, value: Any, into: dict[str, Any]) -> None:

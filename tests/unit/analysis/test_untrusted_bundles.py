@@ -232,3 +232,13 @@ def test_study_tables_skip_linked_metadata_and_metrics(tmp_path):
                                                         "ping.parquet")
     assert list(studies.run_table(tmp_path, "flows")["bytes"]) == [1]
     assert studies.run_table(tmp_path, "ping").empty
+
+
+def test_linked_bundle_folders_are_not_bundles(tmp_path):
+    out = tmp_path / "out"
+    _complete_bundle(out, "r1", 1)
+    _complete_bundle(tmp_path / "elsewhere", "r2", 2)
+    (out / "r2").symlink_to(tmp_path / "elsewhere" / "r2")
+    df = run_query(out, "SELECT run_id, bytes FROM flows")
+    assert df.to_dict("records") == [{"run_id": "r1", "bytes": 1}]
+    assert list(runs_frame(out)["run_id"]) == ["r1"]
