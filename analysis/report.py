@@ -422,5 +422,9 @@ def write_report(directory: str | Path, extra_sections: Sequence[Section] = (),
     if warnings is not None:
         warnings.extend(w for w in ctx.warnings if w.startswith(("skipped ", "figures not")))
     target = Path(out) if out else root / REPORT_NAME
-    write_atomic(target, lambda p: p.write_text(page, encoding="utf-8"))
+    try:
+        write_atomic(target, lambda p: p.write_text(page, encoding="utf-8"))
+    except OSError as exc:
+        raise ReportInputError(f"{target}: cannot write the report ({exc.strerror}); "
+                               "pass --out FILE") from None
     return target
