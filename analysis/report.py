@@ -359,7 +359,11 @@ def _context(root: Path) -> ReportContext:
             raise ReportInputError(f"{root / 'metrics'}: a symbolic link (not followed); "
                                    "the report neither reads nor writes through it")
         if safefiles.file_in(root, "metrics/flows.parquet") is None:
-            analyze_bundle(root)
+            try:
+                analyze_bundle(root, warnings=skipped)
+            except OSError as exc:
+                raise ReportInputError(f"{root}: cannot write its metrics/ "
+                                       f"({exc.strerror}: {exc.filename})") from None
         for name in ("flows", "timeseries", "cwnd", "ping", "events"):
             p = safefiles.file_in(root, f"metrics/{name}.parquet", skipped)
             if p is not None:
