@@ -124,7 +124,7 @@ def study(directories: Annotated[list[Path], typer.Argument(
         from testbed import vm as vmmod
 
         argv = st.in_vm_argv(directories, variant, out, only, fail_fast, fresh_networks)
-        rc = guarded(lambda: vmmod.run_in_vm(argv, memory="3G"))
+        rc = guarded(lambda: vmmod.run_in_vm(argv, memory="3G", outputs=targets))
         for d, target in zip(directories, targets, strict=True):
             if target.is_dir():
                 bad = guarded(lambda target=target: st.finish_analysis(target))

@@ -12,7 +12,9 @@ Start-up, in order: refuse names that already exist (so Mininet's "delete before
 create" can never touch someone else's bridge or interface); build hosts, switches and
 veths; ``controller.start()`` and ``controller.pre_switch_start(net)``; start the
 switches; ``controller.wait_ready(dpids, timeout)`` and ``post_switch_start(net)``;
-turn segmentation offloads off on host interfaces (so every skb is one packet); build
+turn segmentation offloads off on host interfaces (so every skb is one packet); set
+receive packet steering on every interface (`testbed.steering`: no reordering made by
+the emulator); build
 each shaped interface's qdisc tree once (`testbed.shaping`); run the topology's
 ``setup_commands()`` (routing) if it has them.
 
@@ -220,14 +222,21 @@ class Network:
     from the start); workdir: where ``network.json`` and tc batch files go;
     offloads: keep TSO/GSO/GRO on host interfaces (default off); ready_timeout: seconds
     to wait for the controller to see every switch; handle_signals: turn SIGINT/SIGTERM
-    into exceptions while the network runs (main thread only).
+    into exceptions while the network runs (main thread only); baseline_hosts: record
+    each host's transport state for `end_run` to restore; rps: receive packet steering
+    on every interface (default; without it the emulator reorders packets on more than
+    one CPU, see `testbed.steering`).
     """
 
     def __init__(self, topo: Any, runner: CommandRunner | None = None, controller: Any = None,
                  workdir: Path | None = None, offloads: bool = False,
                  ready_timeout: float = 300.0, handle_signals: bool = True,
-                 baseline_hosts: bool = False):
+                 baseline_hosts: bool = False, rps: bool = True):
         self.topo = topo
+        # rps: steer each flow's packets through one CPU (`_steer_flows`); off only to
+        # measure what the emulator does without it (benchmarks/fidelity.py)
+        self.rps = rps
+        self.rps_mask: str | None = None
         self.runner = runner or CommandRunner()
         self.controller = controller
         self.workdir = Path(workdir) if workdir is not None else None
@@ -422,6 +431,8 @@ class Network:
                     if intf.name != "lo":
                         self.runner.run(sh.offload_command(intf.name), host=h)
             in_parallel(offloads_off, list(self.mn.hosts))
+        if self.rps:
+            self._steer_flows()
         per_node: dict[str, list[list[str]]] = {}
         for link in self.links.values():
             for eg in link.egress:
@@ -430,6 +441,31 @@ class Network:
         self._run_batches(per_node)
         if hasattr(self.topo, "setup_commands"):
             self._run_setup_commands(self.topo.setup_commands())
+
+    def namespace_interfaces(self) -> dict[str, list[str]]:
+        """The interfaces this network's links made, by the node whose namespace holds
+        them ("" for the root namespace: switch ports), in the topology's order."""
+        in_ns = {h.name for h in self.mn.hosts if h.inNamespace} if self.mn else set()
+        out: dict[str, list[str]] = {}
+        for n1, n2, i1, i2, _info in self._planned:
+            for node, intf in ((n1, i1), (n2, i2)):
+                out.setdefault(node if node in in_ns else "", []).append(intf)
+        return out
+
+    def _steer_flows(self) -> None:
+        """Receive packet steering on every interface of this network (one program
+        start per namespace): each flow's packets go through one CPU's backlog, so the
+        emulator does not reorder them (`testbed.steering`, docs/fidelity.md)."""
+        from testbed.steering import cpu_mask, online_cpus, rps_command
+
+        mask = cpu_mask(online_cpus())
+        self.rps_mask = mask
+        groups = sorted(self.namespace_interfaces().items())
+
+        def steer(item: tuple[str, list[str]]) -> None:
+            node, intfs = item
+            self.runner.run(rps_command(intfs, mask), host=self.node(node) if node else None)
+        in_parallel(steer, groups)
 
     def _run_setup_commands(self, cmds: list[tuple[str, list[str]]]) -> None:
         """The topology's (host, argv) routing set-up with few program starts: a host's

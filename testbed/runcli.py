@@ -79,7 +79,7 @@ def run_command(
         from testbed import vm
 
         try:
-            code = vm.run_in_vm(argv)
+            code = vm.run_in_vm(argv, outputs=[out_dir])
         except TestbedError as exc:
             raise _fail(exc) from None
         raise typer.Exit(code)

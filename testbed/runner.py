@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import json
 import math
 import os
 import time
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.commands import CommandRunner, in_parallel
-from testbed.errors import SpecError
+from testbed.errors import RunError, SpecError
 from testbed.hoststate import SYSCTL_PATTERN, parse_sysctl, sysctl_keys
 from testbed.results import DEFERRED, Bundle, atomic_write_text
 from testbed.spec import (
@@ -518,6 +519,10 @@ def execute_run(plan: Any, bundle: Bundle, meta: dict[str, Any], phase: Phase,
         atomic_write_text(bundle.transcript_path, runner.transcript.to_jsonl())
         atomic_write_text(bundle.root / "commands.sh", runner.transcript.as_shell())
         tl.enter("done")
+    problems = _problems(exp, bundle, meta)
+    if problems:
+        meta["problems"] = problems
+        raise RunError("; ".join(problems))
     if not analyze:
         meta["analysis"] = DEFERRED
         return {}
@@ -526,6 +531,16 @@ def execute_run(plan: Any, bundle: Bundle, meta: dict[str, Any], phase: Phase,
     headline = analyze_run(bundle.root)
     tl.enter("done")
     return headline
+
+
+def _problems(exp: Experiment, bundle: Bundle, meta: dict[str, Any]) -> list[str]:
+    """What makes this finished run ``failed`` (`testbed.outcome`)."""
+    from testbed.outcome import run_problems
+
+    log = bundle.samples_dir / "events.jsonl"
+    applied = [json.loads(line) for line in log.read_text().splitlines() if line.strip()] \
+        if log.is_file() else []
+    return run_problems(meta, [ev.at_s for ev in schedule_events(exp)], applied)
 
 
 def _ensure_ccs(runner: CommandRunner, exp: Experiment) -> None:
@@ -597,6 +612,7 @@ def _run_network(exp: Experiment, plan: Any, bundle: Bundle, meta: dict[str, Any
                 interval=p["interval"], count=p["count"], duration=p["duration"],
                 size=p["size"], bind=p["bind"])) for p in pings]
             meta["ended_early"] = _traffic(exp, net, t0, flow_run, ping_runs)
+            meta["t_traffic_end"] = time.time()
             tl.enter("teardown")
         finally:
             if flow_run is not None:
