@@ -187,6 +187,42 @@ def link_groups(topo: Any) -> dict[str, NamedLink]:
     return groups
 
 
+def base_rtt_s(topo: Any, src: str, dst: str, avoid: frozenset[str] = frozenset()
+               ) -> float | None:
+    """The configured round-trip delay between two nodes (pure): the configured one-way
+    delays of every shaped egress on a shortest path (fewest links) there and back,
+    without serialisation or queueing.  avoid: nodes the path must not cross (the other
+    paths' switches, for a flow pinned to one path).  None when no path exists."""
+    delay: dict[tuple[str, str], float] = {}
+    for n1, n2, _i1, _i2, info in planned_links(topo):
+        shape = sh.shape_from_mininet_params(info)
+        ends = info.get("shape_ends") or (n1, n2)
+        for a, b in ((n1, n2), (n2, n1)):
+            d = shape.delay_s if shape is not None and a in ends else 0.0
+            delay[(a, b)] = max(delay.get((a, b), 0.0), d)
+    adj: dict[str, list[str]] = {}
+    for a, b in delay:
+        adj.setdefault(a, []).append(b)
+    prev: dict[str, str | None] = {src: None}
+    frontier = [src]
+    while frontier and dst not in prev:
+        nxt = []
+        for u in frontier:
+            for v in sorted(adj.get(u, [])):
+                if v not in prev and v not in avoid:
+                    prev[v] = u
+                    nxt.append(v)
+        frontier = nxt
+    if dst not in prev:
+        return None
+    total, v = 0.0, dst
+    while prev[v] is not None:
+        u = prev[v]
+        total += delay[(u, v)] + delay[(v, u)]
+        v = u
+    return total
+
+
 def parse_nft_tables(text: str) -> set[tuple[str, str]]:
     """``nft list tables`` -> {(family, name)}."""
     out = set()
@@ -451,6 +487,19 @@ class Network:
             for node, intf in ((n1, i1), (n2, i2)):
                 out.setdefault(node if node in in_ns else "", []).append(intf)
         return out
+
+    def monitor_links(self) -> list[Any]:
+        """The shaped link directions whose counters the root namespace can read
+        (`testbed.monitor.link_counters`)."""
+        from testbed.monitor import link_counters
+
+        in_ns = {h.name for h in self.mn.hosts if h.inNamespace} if self.mn else set()
+        peer: dict[str, str] = {}
+        where: dict[str, bool] = {}
+        for n1, n2, i1, i2, _info in self._planned:
+            peer[i1], peer[i2] = i2, i1
+            where[i1], where[i2] = n1 in in_ns, n2 in in_ns
+        return link_counters(self.links, peer, where)
 
     def _steer_flows(self) -> None:
         """Receive packet steering on every interface of this network (one program

@@ -266,6 +266,21 @@ def _flat(prefix: str, value: Any, into: dict[str, Any]) -> None:
         into[prefix] = value
 
 
+def fidelity_columns(fidelity: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The ``fidelity*`` columns of summary.parquet and the runs view for one run, from
+    its ``fidelity`` section (`analysis.fidelity.assess`; docs/fidelity.md)."""
+    fid = fidelity or {}
+    checks = fid.get("checks") or {}
+    out: dict[str, Any] = {"fidelity": fid.get("verdict", "unknown"),
+                           "fidelity_reasons": "; ".join(fid.get("reasons") or []) or None}
+    for key in ("rate_ratio_min", "rtt_excess_ms_max", "first_rtt_ms", "event_late_ms_max",
+                "cpu_saturated_share", "emulator_ooo_ratio_max", "softnet_dropped",
+                "ovs_upcalls_lost", "controller_restarts"):
+        val = checks.get(key)
+        out[f"fidelity_{key}"] = None if val is None else float(val)
+    return out
+
+
 def run_row(bundle: Bundle) -> dict[str, Any]:
     """One row of the runs table: identity, status, times, swept values, headline metrics."""
     meta = bundle.read_metadata() or {}
@@ -284,6 +299,7 @@ def run_row(bundle: Bundle) -> dict[str, Any]:
     for phase, secs in (meta.get("timing") or {}).items():
         if phase != "done":
             row[f"{phase.replace('-', '')}_s"] = secs
+    row.update(fidelity_columns(meta.get("fidelity")))
     for key, value in (meta.get("params") or {}).items():
         row[key] = value
     headline: dict[str, Any] = {}
@@ -426,6 +442,10 @@ def run_sweep(plans: list[Any], out: Path, execute: Execute, *, fail_fast: bool 
                 status, error, wall, exc = _one_run(plan, out, execute, progress,
                                                     extra_meta or {}, recover)
                 progress.end(plan.run_id, status, wall, error)
+                note = getattr(progress, "note", None)
+                line = fidelity_line(Bundle(out / plan.run_id).read_metadata() or {})
+                if note is not None and line:
+                    note(line)
                 if status == COMPLETE:
                     report.complete += 1
                     continue
@@ -439,6 +459,30 @@ def run_sweep(plans: list[Any], out: Path, execute: Execute, *, fail_fast: bool 
             progress.close()
             write_summary(out)
     return report
+
+
+def take_analysis(meta: dict[str, Any], headline: dict[str, Any] | None) -> None:
+    """Store what `testbed.runner.analyze_run` returned: the headline metrics, and the
+    fidelity verdict it carries under ``fidelity`` as its own section."""
+    headline = dict(headline or {})
+    fid = headline.pop("fidelity", None)
+    if fid is not None:
+        meta["fidelity"] = fid
+    meta["headline"] = headline
+
+
+def fidelity_line(meta: dict[str, Any]) -> str | None:
+    """One console line with a run's fidelity verdict (None before its analysis)."""
+    fid = meta.get("fidelity")
+    if not isinstance(fid, dict):
+        return None
+    reasons = fid.get("reasons") or []
+    text = f"  fidelity {fid.get('verdict')}"
+    if reasons and fid.get("verdict") != "ok":
+        text += f": {reasons[0].split(': ', 1)[-1]}"
+        if len(reasons) > 1:
+            text += f" (and {len(reasons) - 1} more in metadata.json)"
+    return text
 
 
 def _one_run(plan: Any, out: Path, execute: Execute, progress: Progress,
@@ -474,7 +518,7 @@ def _one_run(plan: Any, out: Path, execute: Execute, progress: Progress,
         error = str(exc) if isinstance(exc, TestbedError) else f"{type(exc).__name__}: {exc}"
         _finish(bundle, meta, FAILED, error, t_start, exc)
         return FAILED, error, time.time() - t_start, exc
-    meta["headline"] = headline or {}
+    take_analysis(meta, headline)
     missing = bundle.missing(bundle.required(meta))
     if missing:
         error = "the bundle is incomplete: missing " + ", ".join(missing)
@@ -542,8 +586,11 @@ def finish_deferred(out: Path, analyze: Callable[[Path], dict[str, Any]],
                 meta.update(status=FAILED, error=error)
                 failed.append((bundle.run_id, error))
             else:
-                meta["headline"] = headline or {}
+                take_analysis(meta, headline)
                 meta["analysis"] = "host"
+                line = fidelity_line(meta)
+                if progress is not None and line:
+                    progress(f"{bundle.run_id}:{line}")
                 missing = bundle.missing(ALWAYS_REQUIRED)
                 if missing:
                     error = "the bundle is incomplete: missing " + ", ".join(missing)

@@ -473,10 +473,22 @@ class _Timeline:
 
 
 def analyze_run(run_dir: Path) -> dict[str, Any]:
-    """Compute a finished run's ``metrics/``; return its headline metrics (JSON-safe)."""
-    from analysis.bundle import analyze_bundle
+    """Compute a finished run's ``metrics/``; return its headline metrics and, under
+    ``fidelity``, its fidelity verdict (`analysis.fidelity`; JSON-safe)."""
+    import pandas as pd
 
-    return _finite(analyze_bundle(run_dir))
+    from analysis.bundle import analyze_bundle, load_metadata
+    from analysis.fidelity import assess
+
+    headline = analyze_bundle(run_dir)
+    metrics = Path(run_dir) / "metrics"
+
+    def table(name: str) -> Any:
+        path = metrics / f"{name}.parquet"
+        return pd.read_parquet(path) if path.is_file() else None
+
+    fid = assess(load_metadata(Path(run_dir)), table("flows"), table("ping"), table("events"))
+    return _finite({**headline, "fidelity": fid})
 
 
 def execute_run(plan: Any, bundle: Bundle, meta: dict[str, Any], phase: Phase,
@@ -557,7 +569,9 @@ def _run_network(exp: Experiment, plan: Any, bundle: Bundle, meta: dict[str, Any
                  flows: list[Any], pings: list[dict[str, Any]], ts: Any,
                  keeper: Any = None) -> None:
     from testbed.capture import CaptureSet
+    from testbed.monitor import Monitor, with_queue_drops
     from testbed.mptcp import configure_host, host_interfaces
+    from testbed.readiness import wait_quiet, warm_targets, warm_up
     from testbed.reuse import NetworkKeeper
     from testbed.sampler import Sampler
     from testbed.traffic.flows import FlowRun
@@ -581,6 +595,9 @@ def _run_network(exp: Experiment, plan: Any, bundle: Bundle, meta: dict[str, Any
 
         # each host is its own namespace: a few at a time (a fat-tree has 16)
         meta["transport"] = dict(zip(hosts, in_parallel(configure, hosts), strict=True))
+        # ready before the clock starts: neighbours and switch flows warm (`readiness`)
+        meta["readiness"] = warm_up(runner, net, warm_targets(
+            flows, pings, path_addresses(exp, topo), host_addresses(topo).get("server")))
         captures = CaptureSet(runner, bundle.pcap_dir, bundle.logs_dir, exp.capture.snaplen)
         for h, intf in capture_targets(exp, topo, hosts):
             captures.add(net.host(h), intf)
@@ -588,6 +605,9 @@ def _run_network(exp: Experiment, plan: Any, bundle: Bundle, meta: dict[str, Any
         flow_run = FlowRun(runner, {h: net.host(h) for h in hosts}, flows,
                            bundle.samples_dir, bundle.logs_dir) if flows else None
         ping_runs: list[tuple[float, Any]] = []
+        monitor: Monitor | None = None
+        dp_lost: int | None = None
+        drops_before: dict[str, int] | None = None
         try:
             captures.start()
             if exp.sampler.enabled:
@@ -598,6 +618,10 @@ def _run_network(exp: Experiment, plan: Any, bundle: Bundle, meta: dict[str, Any
                     samplers.append(s)
             events = schedule_events(exp)
             net.prepare_schedule(events)  # slow under emulation: before t0 is fixed
+            meta["readiness"].update(wait_quiet())  # ... and so is everything above
+            dp_lost = _dp_lost(runner, net)
+            drops_before = _qdisc_drops(runner)
+            monitor = Monitor(net.monitor_links()).start()
             if flow_run is not None:
                 flow_run.start()          # servers listening, then clients wait for t0
                 t0 = float(flow_run.t0)
@@ -615,6 +639,12 @@ def _run_network(exp: Experiment, plan: Any, bundle: Bundle, meta: dict[str, Any
             meta["t_traffic_end"] = time.time()
             tl.enter("teardown")
         finally:
+            if monitor is not None:
+                raw = monitor.stop()
+                raw["links"] = with_queue_drops(raw["links"], drops_before,
+                                                _qdisc_drops(runner))
+                meta["fidelity_raw"] = {**raw, **_fidelity_extra(runner, net, exp, topo,
+                                                                 pings, dp_lost)}
             if flow_run is not None:
                 flow_run.stop()
                 meta["flows"] = _flow_summary(flow_run.collect())
@@ -631,6 +661,50 @@ def _run_network(exp: Experiment, plan: Any, bundle: Bundle, meta: dict[str, Any
         ok = True
     finally:
         meta["network_cleanup"] = keeper.release(net, ok)
+
+
+def _dp_lost(runner: CommandRunner, net: Any) -> int | None:
+    """Packets the OVS kernel datapath has lost on upcalls so far (None: no switches,
+    or ovs-dpctl could not tell)."""
+    from testbed.monitor import parse_dpctl_lost
+
+    if not net.topo.switches():
+        return None
+    res = runner.run(["ovs-dpctl", "show"], timeout=20, check=False)
+    return parse_dpctl_lost(res.stdout) if res.returncode == 0 else None
+
+
+def _qdisc_drops(runner: CommandRunner) -> dict[str, int] | None:
+    """Packets each root-namespace interface's qdiscs have dropped so far."""
+    from testbed.monitor import parse_qdisc_drops
+
+    res = runner.run(["tc", "-s", "-j", "qdisc", "show"], timeout=20, check=False)
+    return parse_qdisc_drops(res.stdout) if res.returncode == 0 else None
+
+
+def _fidelity_extra(runner: CommandRunner, net: Any, exp: Experiment, topo: Any,
+                    pings: list[dict[str, Any]], dp_lost_before: int | None
+                    ) -> dict[str, Any]:
+    """The rest of ``fidelity_raw``: upcalls lost, RPS, CPUs, each ping's configured RTT."""
+    from testbed.network import base_rtt_s
+    from testbed.steering import online_cpus
+
+    after = _dp_lost(runner, net) if dp_lost_before is not None else None
+    others = {p.name for p in getattr(exp.topology, "paths", [])}
+    switch_of = {p.name: f"s{i + 1}" for i, p in enumerate(getattr(exp.topology, "paths", []))}
+    rtts = []
+    for p in pings:
+        avoid = frozenset(switch_of[o] for o in others if o != p["path"]) \
+            if p["path"] in switch_of else frozenset()
+        if p["path"] is None and switch_of:   # unpinned: the main table uses path 0
+            avoid = frozenset(list(switch_of.values())[1:])
+        rtt = base_rtt_s(topo, p["host"], p["dst"], avoid)
+        rtts.append({"name": p["name"], "src": p["src"], "dst": p["dst"], "path": p["path"],
+                     "base_rtt_ms": None if rtt is None else round(rtt * 1000, 3)})
+    return {"ovs_upcalls_lost": None if after is None or dp_lost_before is None
+            else after - dp_lost_before,
+            "rps_mask": net.rps_mask, "cpus": len(online_cpus()),
+            "pings": rtts}
 
 
 def _traffic(exp: Experiment, net: Any, t0: float, flow_run: Any,
