@@ -266,7 +266,7 @@ def _flat(prefix: str, value: Any, into: dict[str, Any]) -> None:
         into[prefix] = value
 
 
-def fidelity_columns(fidelity: Mapping[str, Any] | None) -> dict[str, Any]:
+def fidelity_columns(fidelity: dict[str, Any] | None) -> dict[str, Any]:
     """The ``fidelity*`` columns of summary.parquet and the runs view for one run, from
     its ``fidelity`` section (`analysis.fidelity.assess`; docs/fidelity.md)."""
     fid = fidelity or {}
