@@ -82,6 +82,8 @@ def run_command(
             code = vm.run_in_vm(argv, outputs=[out_dir])
         except TestbedError as exc:
             raise _fail(exc) from None
+        if (out_dir / "summary.parquet").is_file():  # the last line says where, truly
+            typer.echo(f"results in {out_dir} (summary.parquet)", err=True)
         raise typer.Exit(code)
 
     raise typer.Exit(_run_sweep(plans, out_dir, fail_fast, spec, overrides, fresh_networks))

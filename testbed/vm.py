@@ -117,15 +117,20 @@ def kvm_works(runner: CommandRunner, vng: str, kernel: Path, refresh: bool = Fal
     return ok
 
 
-def guest_command(cmd: list[str], env: dict[str, str] | None = None) -> str:
+def guest_command(cmd: list[str], env: dict[str, str] | None = None,
+                  accel: str | None = None) -> str:
     """The shell line the VM runs: the guest helper around cmd, with passed-through env.
 
-    cmd: the user's command; env: environment of the caller (defaults to os.environ).
+    cmd: the user's command; env: environment of the caller (defaults to os.environ);
+    accel: ``kvm`` or ``tcg``, passed as ``TESTBED_VM_ACCEL`` (what the guest's
+    numbers can be compared with).
     """
     env = dict(os.environ if env is None else env)
     passed = {k: env[k] for k in PASS_ENV if k in env}
     passed.update({k: v for k, v in env.items() if k.startswith("TESTBED_")})
     passed["TESTBED_IN_VM"] = "1"
+    if accel is not None:
+        passed["TESTBED_VM_ACCEL"] = accel
     passed["PATH"] = os.pathsep.join([str(Path(sys.prefix) / "bin"), "/usr/local/sbin",
                                       "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"])
     assigns = [f"{k}={v}" for k, v in sorted(passed.items())]
@@ -323,7 +328,7 @@ def run_in_vm(cmd: list[str], kernel: Path | None = None, memory: str = "2G", cp
         cached = [] if os.environ.get("TESTBED_VM_CACHE") == "0" else cached_trees()
         # the writable tree first: the venv may live inside the checkout
         lines = [writable_mounts(writable), output_mounts(outs), cached_mounts(cached),
-                 guest_command(cmd)]
+                 guest_command(cmd, accel="kvm" if use_kvm else "tcg")]
         inner = "; ".join(line for line in lines if line)
         rc = runner.call(vng_argv(vng, image, memory, cpus, use_kvm, inner, cached,
                                   writable + outs), env=vng_env(), relay=True)
