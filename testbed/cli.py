@@ -14,7 +14,7 @@ from typing import Annotated, TypeVar
 import typer
 
 from testbed import __version__
-from testbed.errors import TestbedError
+from testbed.errors import TestbedError, error_lines
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Multipath Testbed: emulate multipath and data-center networks "
@@ -29,7 +29,8 @@ def guarded(fn: Callable[[], T]) -> T:
     try:
         return fn()
     except TestbedError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        for line in error_lines(exc):
+            typer.echo(line, err=True)
         raise typer.Exit(exc.exit_code) from None
 
 

@@ -22,7 +22,7 @@ from typing import Annotated, Any
 
 import typer
 
-from testbed.errors import TestbedError
+from testbed.errors import TestbedError, error_lines
 
 
 def register(app: typer.Typer) -> None:
@@ -32,7 +32,8 @@ def register(app: typer.Typer) -> None:
 
 
 def _fail(exc: TestbedError) -> typer.Exit:
-    typer.echo(f"error: {exc}", err=True)
+    for line in error_lines(exc):
+        typer.echo(line, err=True)
     return typer.Exit(exc.exit_code)
 
 
@@ -155,7 +156,8 @@ def _run_sweep(plans: list[Any], out: Path, fail_fast: bool, spec: Path,
                    "again to resume", err=True)
         return 130
     except TestbedError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        for line in error_lines(exc):
+            typer.echo(line, err=True)
         typer.echo(f"stopped; finished runs are kept in {out}", err=True)
         return exc.exit_code
     failed = len(report.failed)
