@@ -6,7 +6,8 @@ units (``"4Mbit"``, ``"25us"``, ``"64KiB"``, ``"0.5%"``) and stored in base unit
 (bit/s, seconds, bytes, percentage points); dumping with ``mode="json"`` writes the unit
 strings back, exactly.
 
-Every mistake raises `SpecError` with one line naming the file, the dotted key path and
+Every mistake raises `SpecError`, one line per problem (all problems at once), naming the
+file, the dotted key path and
 the expected form, e.g.::
 
     spec.toml: topology.paths[1].bw: '4Mbps' is not a rate; use e.g. '4Mbit'
