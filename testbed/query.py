@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.errors import InputError
-from testbed.results import COMPLETE, METRIC_TABLES, bundles, runs_frame
+from testbed.results import COMPLETE, METRIC_TABLES, UNREADABLE, bundles, runs_frame
 
 
 def _sql_str(text: str) -> str:
@@ -39,6 +39,7 @@ def connect(out: Path) -> Any:
     if not out.is_dir():
         raise InputError(f"{out}: no such results directory; give the --out DIR of "
                          "`testbed run`")
+    check_readable(out)
     con = duckdb.connect(":memory:")
     runs = runs_frame(out)
     con.register("runs_frame", runs)
@@ -47,8 +48,45 @@ def connect(out: Path) -> Any:
     for table in METRIC_TABLES:
         files = [b.metrics_dir / f"{table}.parquet" for b in complete]
         files = [f for f in files if f.is_file()]
+        check_parquet(files)
         con.execute(f"CREATE VIEW {table} AS {_table_sql(con, files)}")
     return con
+
+
+def check_readable(out: Path) -> None:
+    """Raise `InputError` (one line naming the folder or file) when DIR holds no bundles
+    or a bundle this user may not read.
+
+    out: the output directory.
+    """
+    found = bundles(out)
+    if not found:
+        studies = sorted(p.name for p in Path(out).iterdir()
+                         if p.is_dir() and (p / "summary.parquet").is_file())
+        hint = (f"it is a study's output: query one spec's folder, e.g. {Path(out) / studies[0]}"
+                if studies else "give the --out DIR of `testbed run`")
+        raise InputError(f"{out}: no result bundles here (no <run-id>/metadata.json); {hint}")
+    unreadable = [b for b in found if b.status() == UNREADABLE]
+    if unreadable:
+        first = unreadable[0]
+        more = f" (and {len(unreadable) - 1} more of {len(found)} runs)" \
+            if len(unreadable) > 1 else ""
+        raise InputError(f"{first.metadata_path}: permission denied{more}; runs made with "
+                         "sudo belong to root: query them with sudo, or give them to this user")
+
+
+def check_parquet(files: list[Path]) -> None:
+    """Raise `InputError` naming the first file that is not a readable parquet table."""
+    import pyarrow.parquet as pq
+
+    for f in files:
+        try:
+            pq.read_schema(f)
+        except PermissionError:
+            raise InputError(f"{f}: permission denied") from None
+        except (OSError, ValueError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise InputError(f"{f}: not a readable parquet table ({first})") from None
 
 
 def _table_sql(con: Any, files: list[Path]) -> str:
