@@ -96,13 +96,21 @@ def register(app: typer.Typer) -> None:
         """Write a self-contained report.html for a run or a sweep (analysing first the
         runs whose analysis was left for later, as `testbed study` does in the VM)."""
         from analysis.report import write_report
-        from testbed.results import finish_deferred
+        from testbed.results import finish_deferred, pending_analysis
         from testbed.runner import analyze_run
 
-        failed = guarded(lambda: finish_deferred(
-            directory, analyze_run, progress=lambda line: typer.echo(line, err=True)))
-        for run_id, err in failed:
-            typer.echo(f"  failed: {run_id}: {err}", err=True)
+        if out is not None:  # DIR is only read: no deferred analysis written into it
+            pending = pending_analysis(directory) if directory.is_dir() else []
+            if pending:
+                typer.echo(f"error: {directory}: {len(pending)} run(s) not analysed yet; the "
+                           f"analysis writes into them: `testbed report {directory}` without "
+                           "--out does it", err=True)
+                raise typer.Exit(2)
+        else:
+            failed = guarded(lambda: finish_deferred(
+                directory, analyze_run, progress=lambda line: typer.echo(line, err=True)))
+            for run_id, err in failed:
+                typer.echo(f"  failed: {run_id}: {err}", err=True)
 
         path = guarded(lambda: write_report(directory, paper=paper, out=out))
         typer.echo(str(path))
