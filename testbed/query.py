@@ -5,9 +5,10 @@ Views (each table has a ``run_id`` column to join on):
 * ``runs``       one row per bundle: run_id, name, status, repetition, seed, times, error,
                  path, the swept parameters (columns named after their dotted keys, quote
                  them in SQL: ``"transport.cc"``) and the headline metrics.
-* ``flows``, ``timeseries``, ``cwnd``, ``ping``, ``events``: the bundles'
+* ``flows``, ``timeseries``, ``cwnd``, ``ping``, ``events``, ``rtt``: the bundles'
   ``metrics/<view>.parquet`` of every *complete* run, stacked (columns as in
-  ``docs/results.md``).
+  ``docs/bundle.md``, declared in ``analysis.columns``; a view without files has those
+  columns and no rows).
 
 Example::
 
@@ -22,6 +23,8 @@ from typing import Any
 
 from testbed.errors import InputError
 from testbed.results import COMPLETE, METRIC_TABLES, UNREADABLE, bundles, runs_frame
+
+VIEWS = (*METRIC_TABLES, "rtt")  # rtt.parquet is not required: bundles before it lack it
 
 
 def _sql_str(text: str) -> str:
@@ -45,11 +48,12 @@ def connect(out: Path) -> Any:
     con.register("runs_frame", runs)
     con.execute("CREATE VIEW runs AS SELECT * FROM runs_frame")
     complete = [b for b in bundles(out) if b.status() == COMPLETE]
-    for table in METRIC_TABLES:
+    for table in VIEWS:
         files = [b.metrics_dir / f"{table}.parquet" for b in complete]
         files = [f for f in files if f.is_file()]
         check_parquet(files)
-        con.execute(f"CREATE VIEW {table} AS {_table_sql(con, files)}")
+        sql = _table_sql(con, files) if files else _empty_sql(table)
+        con.execute(f"CREATE VIEW {table} AS {sql}")
     return con
 
 
@@ -89,6 +93,17 @@ def check_parquet(files: list[Path]) -> None:
             raise InputError(f"{f}: not a readable parquet table ({first})") from None
 
 
+def _empty_sql(table: str) -> str:
+    """A view with the documented columns (analysis.columns) and no rows."""
+    from analysis.columns import names
+    from analysis.columns import table as declared
+
+    types = {"string": "VARCHAR", "int64": "BIGINT", "float64": "DOUBLE", "bool": "BOOLEAN"}
+    cols = ", ".join(f"NULL::{types[declared(table).col(n).dtype]} AS \"{n}\""
+                     for n in names(table) if n != "run_id")
+    return f"SELECT NULL::VARCHAR AS run_id, {cols} WHERE false"
+
+
 def _table_sql(con: Any, files: list[Path]) -> str:
     """SQL selecting the stacked files with a leading run_id column (from the folder name)."""
     if not files:
@@ -113,7 +128,7 @@ def run_query(out: Path, sql: str):
         return con.execute(sql).df()
     except duckdb.Error as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InputError(f"query: {first} (views: runs, {', '.join(METRIC_TABLES)})") \
+        raise InputError(f"query: {first} (views: runs, {', '.join(VIEWS)})") \
             from None
     finally:
         con.close()

@@ -200,7 +200,8 @@ def query_command(
     directory: Annotated[Path, typer.Argument(metavar="DIR",
                                               help="Output directory of `testbed run`.")],
     sql: Annotated[str, typer.Argument(metavar="SQL", help="DuckDB SQL over the views runs, flows, "
-                                            "timeseries, cwnd, ping, events.")],
+                                            "timeseries, cwnd, ping, events, rtt "
+                                            "(docs/bundle.md).")],
     csv: Annotated[bool, typer.Option("--csv", help="Print CSV instead of a table.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON lines.")] = False,
 ) -> None:

@@ -136,3 +136,19 @@ def test_cli_table_csv_and_errors(out):
     res = runner.invoke(app, ["query", str(out), "SELEC 1"])
     assert res.exit_code == 2 and res.stderr.startswith("error: query:")
     assert "Traceback" not in res.stderr
+
+
+def test_empty_views_have_the_documented_columns(tmp_path):
+    from analysis.columns import names
+
+    run_sweep(plans()[:1], tmp_path, FakeRunner(fail={0}))
+    for view in ("flows", "timeseries", "cwnd", "ping", "events", "rtt"):
+        df = run_query(tmp_path, f"SELECT * FROM {view}")
+        assert len(df) == 0 and list(df.columns) == ["run_id", *names(view)]
+    # the natural query on a folder of failed runs: no rows, not a Binder error
+    assert len(run_query(tmp_path, "SELECT workload, avg(fct_s) FROM flows GROUP BY 1")) == 0
+
+
+def test_rtt_is_a_view(out):
+    df = run_query(out, "SELECT count(*) AS n FROM rtt")
+    assert df["n"][0] == 0  # the fake runs wrote no rtt.parquet (older bundles lack it)
