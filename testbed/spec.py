@@ -6,11 +6,12 @@ units (``"4Mbit"``, ``"25us"``, ``"64KiB"``, ``"0.5%"``) and stored in base unit
 (bit/s, seconds, bytes, percentage points); dumping with ``mode="json"`` writes the unit
 strings back, exactly.
 
-Every mistake raises `SpecError`, one line per problem (all problems at once), naming the
-file, the dotted key path and
-the expected form, e.g.::
+Every mistake raises `SpecError`: one line per problem, all problems at once, each naming
+the file (or ``--set KEY``), the dotted key path and a hint built from the given value::
 
-    spec.toml: topology.paths[1].bw: '4Mbps' is not a rate; use e.g. '4Mbit'
+    spec.toml: topology.paths[0].bw: "10 mbps" is not a rate; did you mean "10Mbit"?
+    spec.toml: topology.paths[0].delya: unknown key; did you mean 'delay'?
+    spec.toml: workload[0].dst: no host named 'sever'; did you mean 'server'?
 
 The full key reference is ``docs/spec.md``. Sweeps, overrides, seeds and run ids live in
 `testbed.sweep`.
