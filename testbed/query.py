@@ -63,10 +63,13 @@ def check_readable(out: Path) -> None:
 
     out: the output directory.
     """
-    found = bundles(out)
+    try:
+        found = bundles(out)
+        studies = [] if found else sorted(p.name for p in Path(out).iterdir()
+                                          if p.is_dir() and (p / "summary.parquet").is_file())
+    except PermissionError as exc:
+        raise InputError(f"{exc.filename or out}: permission denied") from None
     if not found:
-        studies = sorted(p.name for p in Path(out).iterdir()
-                         if p.is_dir() and (p / "summary.parquet").is_file())
         hint = (f"it is a study's output: query one spec's folder, e.g. {Path(out) / studies[0]}"
                 if studies else "give the --out DIR of `testbed run`")
         raise InputError(f"{out}: no result bundles here (no <run-id>/metadata.json); {hint}")

@@ -152,3 +152,14 @@ def test_empty_views_have_the_documented_columns(tmp_path):
 def test_rtt_is_a_view(out):
     df = run_query(out, "SELECT count(*) AS n FROM rtt")
     assert df["n"][0] == 0  # the fake runs wrote no rtt.parquet (older bundles lack it)
+
+
+def test_a_folder_this_user_cannot_list_is_an_error(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    def iterdir(self):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "iterdir", iterdir)
+    with pytest.raises(InputError, match=f"^{tmp_path}: permission denied$"):
+        connect(tmp_path)
