@@ -859,6 +859,21 @@ def describe_validation_error(exc: ValidationError, data: Any) -> str:
     return "\n".join(validation_problems(exc, data))
 
 
+def suggest_name(value: Any, pattern: str) -> str | None:
+    """value made to match pattern (spaces and other characters -> '-' or '_', lower case
+    where required), or None when that does not work.  ``"my experiment"`` ->
+    ``"my-experiment"``, path ``"WiFi"`` -> ``"wifi"``."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    text = value.strip()
+    if pattern in (PATH_RE, CC_RE):
+        text = re.sub(r"[^a-z0-9_]+", "_", text.lower())
+    else:
+        text = re.sub(r"[^A-Za-z0-9_-]+", "-", text)
+    text = text.strip("-_")
+    return text if text != value and re.fullmatch(pattern, text) else None
+
+
 def _choice_hint(value: Any, expected: str) -> str:
     """``did you mean 'mptcp'?`` when value is close to one of the quoted choices, else
     ``use <expected>``."""
@@ -894,8 +909,11 @@ def describe_error(err: Any, data: Any) -> str:
         return f"{path}: {show_value(value)} is not allowed; " \
                f"{_choice_hint(value, str(ctx.get('expected')))}"
     if etype == "string_pattern_mismatch":
-        form = _PATTERN_WORDS.get(ctx.get("pattern", ""), f"match {ctx.get('pattern')}")
-        return f"{path}: {show_value(value)} is not a valid name; {form}"
+        pattern = ctx.get("pattern", "")
+        form = _PATTERN_WORDS.get(pattern, f"match {pattern}")
+        guess = suggest_name(value, pattern)
+        hint = f"did you mean {show_value(guess)}? ({form})" if guess else form
+        return f"{path}: {show_value(value)} is not a valid name; {hint}"
     if etype in _TYPE_WORDS:
         return f"{path}: {show_value(value)} is not {_TYPE_WORDS[etype]}"
     if etype == "too_short":

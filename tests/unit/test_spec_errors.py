@@ -256,3 +256,15 @@ def test_suggest_quantity(value, what, guess):
     from testbed.spec import suggest_quantity
 
     assert suggest_quantity(value, what) == guess
+
+
+@pytest.mark.parametrize(("path", "value", "line"), [
+    ("name", "my experiment", 'name: "my experiment" is not a valid name; '
+                              'did you mean "my-experiment"?'),
+    ("topology.paths.0.name", "WiFi", 'topology.paths[0].name: "WiFi" is not a valid name; '
+                                      'did you mean "wifi"?'),
+])
+def test_a_bad_name_gets_a_corrected_one(tmp_path, path, value, line):
+    spec, result = _invoke(tmp_path, _set(path, value)())
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"error: {spec}: {line} (")
