@@ -22,25 +22,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis import columns as C
 from analysis import metrics as M
 from analysis import order as O
 from analysis import samples as S
 from analysis.capture import CaptureAnalysis
 from analysis.pcap import DEFAULT_CHUNK_BYTES
 
-FLOW_COLUMNS = ["flow_id", "capture", "capture_receiver", "protocol", "proto", "parent",
-                "mptcp_token", "mptcp_role", "src_addr", "sport", "dst_addr", "dport",
-                "syn_seen", "packets", "frames_fwd", "frame_bytes_fwd", "frames_rev",
-                "frame_bytes_rev", "bytes", "start", "end", "fct_s", "throughput_bps",
-                "data_packets", "retransmissions", "reordered_packets", "reorder_ratio",
-                "reorder_extent_max", "ooo_packets", "ooo_ratio",
-                "loss_estimate", "rtt_ms_median", "workload", "app_fct_s"]
-TIMESERIES_COLUMNS = ["kind", "key", "capture", "t", "t_rel", "bin_s", "bytes", "rate_bps",
-                      "goodput_bps"]
-RTT_COLUMNS = ["flow_id", "capture", "t", "rtt_ms"]
-HEADLINE_KEYS = ("flows", "bytes", "throughput_bps_mean", "fct_s_median", "retransmissions",
-                 "reorder_ratio_mean", "ooo_percent", "long_throughput_bps_mean",
-                 "short_fct_s_mean", "captures", "packets")
+# the columns are declared once, with dtype, unit and definition, in analysis.columns
+FLOW_COLUMNS = C.names("flows")
+TIMESERIES_COLUMNS = C.names("timeseries")
+RTT_COLUMNS = C.names("rtt")
+HEADLINE_KEYS = tuple(c.name for c in C.HEADLINE)
 LONG_FLOW_BYTES = 1_000_000   # headline: "long" flows carry at least this much
 SHORT_FLOW_BYTES = 100_000    # ... and "short" flows less than this
 REORDER_FIELDS = ["data_packets", "reordered_packets", "reorder_ratio", "reorder_extent_max"]

@@ -308,11 +308,17 @@ def load_paper(path: Path) -> list[dict]:
     return vals
 
 
-def _context(root: Path) -> ReportContext:
+def _context(root: Path, analyze: bool = True) -> ReportContext:
+    """What the sections see of root; analyze: analyse a run that has no metrics/ yet
+    (False: refuse instead, so that root is only read)."""
     if (root / "metadata.json").is_file() or (root / "pcap").is_dir() or \
             (root / "metrics").is_dir():
         ctx = ReportContext(root, "run", meta=load_metadata(root))
         if not (root / "metrics" / "flows.parquet").is_file():
+            if not analyze:
+                raise ReportInputError(
+                    f"{root}: not analysed yet (no metrics/flows.parquet); the analysis "
+                    f"writes into the run: `testbed report {root}` without --out does it")
             analyze_bundle(root)
         for name in ("flows", "timeseries", "cwnd", "ping", "events"):
             p = root / "metrics" / f"{name}.parquet"
@@ -346,13 +352,18 @@ def write_report(directory: str | Path, extra_sections: Sequence[Section] = (),
 
     directory: run bundle or sweep DIR; extra_sections: more `Section` callables (placed
     before the warnings); paper: a paper.toml (default: DIR/paper.toml when present);
-    out: output file (default DIR/report.html).
+    out: output file (default DIR/report.html, figures also saved in DIR/figures/).  With
+    out, DIR is only read, never written: figures are embedded in the page and also saved
+    beside it in ``<out stem>-figures/``, and a run whose analysis has not been done is
+    refused (the analysis writes DIR/metrics/).
     """
     root = Path(directory)
     if not root.is_dir():
         raise ReportInputError(f"{root}: no such directory; pass a run or sweep directory")
-    ctx = _context(root)
-    ctx.figure_dir = root / "figures"
+    target = Path(out) if out else root / REPORT_NAME
+    ctx = _context(root, analyze=out is None)
+    ctx.figure_dir = root / "figures" if out is None else \
+        target.with_name(f"{target.stem}-figures")
     pp = Path(paper) if paper else root / "paper.toml"
     if paper and not pp.is_file():
         raise ReportInputError(f"{pp}: no such paper values file")
@@ -362,6 +373,5 @@ def write_report(directory: str | Path, extra_sections: Sequence[Section] = (),
     sections = [s for s in base if s is not warnings_section] + list(extra_sections) + \
         [warnings_section]
     page = render(ctx, sections)
-    target = Path(out) if out else root / REPORT_NAME
     write_atomic(target, lambda p: p.write_text(page, encoding="utf-8"))
     return target

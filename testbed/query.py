@@ -5,9 +5,10 @@ Views (each table has a ``run_id`` column to join on):
 * ``runs``       one row per bundle: run_id, name, status, repetition, seed, times, error,
                  path, the swept parameters (columns named after their dotted keys, quote
                  them in SQL: ``"transport.cc"``) and the headline metrics.
-* ``flows``, ``timeseries``, ``cwnd``, ``ping``, ``events``: the bundles'
+* ``flows``, ``timeseries``, ``cwnd``, ``ping``, ``events``, ``rtt``: the bundles'
   ``metrics/<view>.parquet`` of every *complete* run, stacked (columns as in
-  ``docs/results.md``).
+  ``docs/bundle.md``, declared in ``analysis.columns``; a view without files has those
+  columns and no rows).
 
 Example::
 
@@ -21,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from testbed.errors import InputError
-from testbed.results import COMPLETE, METRIC_TABLES, bundles, runs_frame
+from testbed.results import COMPLETE, METRIC_TABLES, UNREADABLE, bundles, runs_frame
+
+VIEWS = (*METRIC_TABLES, "rtt")  # rtt.parquet is not required: bundles before it lack it
 
 
 def _sql_str(text: str) -> str:
@@ -39,16 +42,69 @@ def connect(out: Path) -> Any:
     if not out.is_dir():
         raise InputError(f"{out}: no such results directory; give the --out DIR of "
                          "`testbed run`")
+    check_readable(out)
     con = duckdb.connect(":memory:")
     runs = runs_frame(out)
     con.register("runs_frame", runs)
     con.execute("CREATE VIEW runs AS SELECT * FROM runs_frame")
     complete = [b for b in bundles(out) if b.status() == COMPLETE]
-    for table in METRIC_TABLES:
+    for table in VIEWS:
         files = [b.metrics_dir / f"{table}.parquet" for b in complete]
         files = [f for f in files if f.is_file()]
-        con.execute(f"CREATE VIEW {table} AS {_table_sql(con, files)}")
+        check_parquet(files)
+        sql = _table_sql(con, files) if files else _empty_sql(table)
+        con.execute(f"CREATE VIEW {table} AS {sql}")
     return con
+
+
+def check_readable(out: Path) -> None:
+    """Raise `InputError` (one line naming the folder or file) when DIR holds no bundles
+    or a bundle this user may not read.
+
+    out: the output directory.
+    """
+    try:
+        found = bundles(out)
+        studies = [] if found else sorted(p.name for p in Path(out).iterdir()
+                                          if p.is_dir() and (p / "summary.parquet").is_file())
+    except PermissionError as exc:
+        raise InputError(f"{exc.filename or out}: permission denied") from None
+    if not found:
+        hint = (f"it is a study's output: query one spec's folder, e.g. {Path(out) / studies[0]}"
+                if studies else "give the --out DIR of `testbed run`")
+        raise InputError(f"{out}: no result bundles here (no <run-id>/metadata.json); {hint}")
+    unreadable = [b for b in found if b.status() == UNREADABLE]
+    if unreadable:
+        first = unreadable[0]
+        more = f" (and {len(unreadable) - 1} more of {len(found)} runs)" \
+            if len(unreadable) > 1 else ""
+        raise InputError(f"{first.metadata_path}: permission denied{more}; runs made with "
+                         "sudo belong to root: query them with sudo, or give them to this user")
+
+
+def check_parquet(files: list[Path]) -> None:
+    """Raise `InputError` naming the first file that is not a readable parquet table."""
+    import pyarrow.parquet as pq
+
+    for f in files:
+        try:
+            pq.read_schema(f)
+        except PermissionError:
+            raise InputError(f"{f}: permission denied") from None
+        except (OSError, ValueError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise InputError(f"{f}: not a readable parquet table ({first})") from None
+
+
+def _empty_sql(table: str) -> str:
+    """A view with the documented columns (analysis.columns) and no rows."""
+    from analysis.columns import names
+    from analysis.columns import table as declared
+
+    types = {"string": "VARCHAR", "int64": "BIGINT", "float64": "DOUBLE", "bool": "BOOLEAN"}
+    cols = ", ".join(f"NULL::{types[declared(table).col(n).dtype]} AS \"{n}\""
+                     for n in names(table) if n != "run_id")
+    return f"SELECT NULL::VARCHAR AS run_id, {cols} WHERE false"
 
 
 def _table_sql(con: Any, files: list[Path]) -> str:
@@ -75,7 +131,7 @@ def run_query(out: Path, sql: str):
         return con.execute(sql).df()
     except duckdb.Error as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InputError(f"query: {first} (views: runs, {', '.join(METRIC_TABLES)})") \
+        raise InputError(f"query: {first} (views: runs, {', '.join(VIEWS)})") \
             from None
     finally:
         con.close()

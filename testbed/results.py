@@ -37,7 +37,11 @@ RUNNING = "running"
 COMPLETE = "complete"
 FAILED = "failed"
 INTERRUPTED = "interrupted"
-STATUSES = (RUNNING, COMPLETE, FAILED, INTERRUPTED)
+STATUSES = (RUNNING, COMPLETE, FAILED, INTERRUPTED)  # what metadata.json may record
+# what Bundle.status() may also say of a bundle found in DIR (documented in docs/bundle.md):
+BROKEN = "broken"  # metadata.json is not valid, or a "complete" run lost or changed a file
+UNREADABLE = "unreadable"  # this user may not read the bundle (e.g. made with sudo)
+RUN_STATUSES = (*STATUSES, BROKEN, UNREADABLE)
 
 METRIC_TABLES = ("flows", "timeseries", "cwnd", "ping", "events")
 RUN_REQUIRED = ("spec.toml", "transcript.jsonl")
@@ -152,11 +156,24 @@ class Bundle:
 
     def read_metadata(self) -> dict[str, Any] | None:
         """metadata.json as a dict, or None when missing or unreadable."""
+        return self.load_metadata()[0]
+
+    def load_metadata(self) -> tuple[dict[str, Any] | None, str | None]:
+        """(metadata.json as a dict, None), or (None, why not): ``permission denied``,
+        ``no such file``, ``not valid JSON`` ..."""
         try:
-            meta = json.loads(self.metadata_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-        return meta if isinstance(meta, dict) else None
+            text = self.metadata_path.read_text(encoding="utf-8")
+        except PermissionError:
+            return None, "permission denied"
+        except FileNotFoundError:
+            return None, "no such file"
+        except (OSError, UnicodeDecodeError) as exc:
+            return None, getattr(exc, "strerror", None) or type(exc).__name__
+        try:
+            meta = json.loads(text)
+        except ValueError:
+            return None, "not valid JSON"
+        return (meta, None) if isinstance(meta, dict) else (None, "not a JSON object")
 
     def write_metadata(self, meta: dict[str, Any]) -> None:
         """Replace metadata.json atomically."""
@@ -180,27 +197,36 @@ class Bundle:
         return RUN_REQUIRED if meta.get("analysis") == DEFERRED else ALWAYS_REQUIRED
 
     def status(self) -> str:
-        """``missing``, ``running``, ``complete``, ``failed``, ``interrupted`` or ``broken``.
+        """``missing``, or one of `RUN_STATUSES`: ``running``, ``complete``, ``failed``,
+        ``interrupted``, ``broken``, ``unreadable``.
 
         ``complete`` is only returned when every file of the manifest is present with its
-        recorded size; a bundle that claims completeness but is not is ``broken``.
+        recorded size; a bundle that claims completeness but is not is ``broken``, and so
+        is one whose metadata.json is not valid; ``unreadable`` when this user may not
+        read metadata.json.
         """
         if not self.root.exists():
             return "missing"
-        meta = self.read_metadata()
+        meta, why = self.load_metadata()
         if meta is None:
-            return "broken"
+            return UNREADABLE if why == "permission denied" else BROKEN
         status = meta.get("status")
         if status == COMPLETE:
-            files = meta.get("files")
-            if not isinstance(files, dict) or self.missing(self.required(meta)):
-                return "broken"
-            for rel, size in files.items():
-                p = self.root / rel
-                if not p.is_file() or p.stat().st_size != size:
-                    return "broken"
-            return COMPLETE
-        return status if status in STATUSES else "broken"
+            try:
+                return COMPLETE if self._all_files_in_place(meta) else BROKEN
+            except PermissionError:
+                return UNREADABLE
+        return status if status in STATUSES else BROKEN
+
+    def _all_files_in_place(self, meta: dict[str, Any]) -> bool:
+        files = meta.get("files")
+        if not isinstance(files, dict) or self.missing(self.required(meta)):
+            return False
+        for rel, size in files.items():
+            p = self.root / rel
+            if not p.is_file() or p.stat().st_size != size:
+                return False
+        return True
 
     def is_complete(self) -> bool:
         """True when the run finished and everything it wrote is in place."""
@@ -255,7 +281,16 @@ def bundles(out: Path) -> list[Bundle]:
     if not out.is_dir():
         return []
     return [Bundle(p) for p in sorted(out.iterdir())
-            if p.is_dir() and not p.name.startswith(("_", ".")) and (p / "metadata.json").exists()]
+            if p.is_dir() and not p.name.startswith(("_", ".")) and _has_metadata(p)]
+
+
+def _has_metadata(folder: Path) -> bool:
+    """Whether folder holds a metadata.json; a folder this user may not enter counts (its
+    status is then ``unreadable``)."""
+    try:
+        return (folder / "metadata.json").exists()
+    except PermissionError:
+        return True
 
 
 def _flat(prefix: str, value: Any, into: dict[str, Any]) -> None:

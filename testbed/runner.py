@@ -823,17 +823,43 @@ def dry_run_commands(plan: Any, run_dir: Path) -> CommandRunner:
         runner.spawn(ping_argv(p["dst_addr"], interval=p["interval"], count=p["count"],
                                duration=p["duration"], size=p["size"], bind=p["bind"]),
                      host=fake[p["host"]])
-    for ev in schedule_events(exp):
-        link = link_groups(topo)[ev.link]
-        new = ev.change.apply_to(link.shape)
-        for eg in link.egress:
-            for argv in sh.change_commands(eg.intf, link.shape, new):
-                runner.run(argv, host=fake[eg.node] if eg.node not in switches else None)
-        if ev.change.up is not None:
-            for eg in link.updown:
-                runner.run(sh.link_state_command(eg.intf, ev.change.up),
-                           host=fake[eg.node] if eg.in_namespace else None)
+    _dry_run_schedule(runner, exp, topo, fake)
     return runner
+
+
+def _dry_run_schedule(runner: CommandRunner, exp: Experiment, topo: Any,
+                      fake: dict[str, Any]) -> None:
+    """The schedule's link changes as `Network.apply` makes them at their times: per event
+    and namespace one ``tc -force -batch -`` for shape changes, then one ``ip -force
+    -batch -`` for down/up, each with its input (what the batch shells are sent)."""
+    from testbed import shaping as sh
+    from testbed.commands import batch_text
+    from testbed.network import link_groups
+
+    links = link_groups(topo)
+    shapes = {name: link.shape for name, link in links.items()}
+    up = dict.fromkeys(links, True)
+    for ev in schedule_events(exp):
+        link = links[ev.link]
+        new = ev.change.apply_to(shapes[ev.link])
+        jobs: list[tuple[str, str, list[list[str]]]] = []  # (tool, node, commands)
+        if new != shapes[ev.link]:
+            per_node: dict[str, list[list[str]]] = {}
+            for eg in link.egress:
+                per_node.setdefault(eg.node if eg.in_namespace else "", []).extend(
+                    sh.change_commands(eg.intf, shapes[ev.link], new))
+            jobs += [("tc", node, cmds) for node, cmds in per_node.items()]
+            shapes[ev.link] = new
+        if ev.change.up is not None and ev.change.up != up[ev.link]:
+            per_node = {}
+            for eg in link.updown:
+                per_node.setdefault(eg.node if eg.in_namespace else "", []).append(
+                    sh.link_state_command(eg.intf, ev.change.up))
+            jobs += [("ip", node, cmds) for node, cmds in per_node.items()]
+            up[ev.link] = ev.change.up
+        for tool, node, cmds in jobs:
+            runner.run([tool, "-force", "-batch", "-"], input=batch_text(cmds),
+                       host=fake[node] if node else None, at=ev.at_s)
 
 
 def _dry_run_controller(runner: CommandRunner, exp: Experiment, topo: Any,

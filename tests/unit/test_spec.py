@@ -135,7 +135,7 @@ def test_dotted_drops_union_tags():
         == "workload[0].size"
 
 
-def test_describe_reports_how_many_more():
+def test_describe_reports_every_problem():
     from pydantic import ValidationError
 
     from testbed.spec import Experiment
@@ -145,5 +145,6 @@ def test_describe_reports_how_many_more():
         "workload": [{"kind": "ping", "src": "client", "dst": "server"}]}
     with pytest.raises(ValidationError) as info:
         Experiment.model_validate(data)
-    line = describe_validation_error(info.value, data)
-    assert line.startswith("topology.paths[0].bw:") and "(and 1 more problem)" in line
+    lines = describe_validation_error(info.value, data).splitlines()
+    assert lines == ['topology.paths[0].bw: "1Mbps" is not a rate; did you mean "1Mbit"?',
+                     'topology.paths[1].bw: "2Mbps" is not a rate; did you mean "2Mbit"?']
