@@ -245,3 +245,24 @@ def assess(meta: Mapping[str, Any], flows: pd.DataFrame | None = None,
     check_drops(v, meta, raw)
     check_setup(v, meta, raw)
     return v.result()
+
+
+CHECK_TEXT: dict[str, str] = {
+    "rate_ratio": "peak 1-s rate / configured rate of a link direction whose queue "
+                  "overflowed during the run (below the limit)",
+    "rtt_excess_tol": "(lowest ping RTT - configured RTT) / (5 % of configured + 2 ms)",
+    "first_rtt_excess_tol": "(first ping RTT - configured RTT) / (5 % of configured + 2 ms)",
+    "event_late_ms": "t_applied - t_planned of the latest schedule event, ms",
+    "cpu_saturated_share": "share of the traffic phase with the CPUs at least 95 % busy",
+    "emulator_ooo_ratio": "worst `ooo_ratio` of a TCP flow or subflow (100+ segments) "
+                          "under any forwarding but spraying",
+}
+
+
+def thresholds_markdown() -> str:
+    """The thresholds table of docs/fidelity.md (generated from `THRESHOLDS`)."""
+    lines = ["| check | measured as | warn when | fail when |", "|---|---|---|---|"]
+    for key, (warn, fail) in THRESHOLDS.items():
+        op = "<" if key == "rate_ratio" else ">"
+        lines.append(f"| `{key}` | {CHECK_TEXT[key]} | {op} {warn:g} | {op} {fail:g} |")
+    return "\n".join(lines)

@@ -95,3 +95,12 @@ def test_runs_without_fidelity_data_are_unknown_and_columns():
     assert cols["fidelity"] == "ok" and cols["fidelity_reasons"] is None
     assert cols["fidelity_emulator_ooo_ratio_max"] == 0.0
     assert set(THRESHOLDS) >= {"rate_ratio", "emulator_ooo_ratio"}
+
+
+def test_docs_thresholds_table_is_the_code():
+    from pathlib import Path
+
+    from analysis.fidelity import thresholds_markdown
+
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "fidelity.md").read_text()
+    assert thresholds_markdown() in doc
