@@ -22,28 +22,23 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis import columns as C
 from analysis import metrics as M
+from analysis import order as O
 from analysis import samples as S
 from analysis.capture import CaptureAnalysis
 from analysis.pcap import DEFAULT_CHUNK_BYTES
 from testbed import safefiles
 
-FLOW_COLUMNS = ["flow_id", "capture", "capture_receiver", "protocol", "proto", "parent",
-                "mptcp_token", "mptcp_role", "src_addr", "sport", "dst_addr", "dport",
-                "syn_seen", "packets", "frames_fwd", "frame_bytes_fwd", "frames_rev",
-                "frame_bytes_rev", "bytes", "start", "end", "fct_s", "throughput_bps",
-                "data_packets", "retransmissions", "reordered_packets", "reorder_ratio",
-                "reorder_extent_max",
-                "loss_estimate", "rtt_ms_median", "workload", "app_fct_s"]
-TIMESERIES_COLUMNS = ["kind", "key", "capture", "t", "t_rel", "bin_s", "bytes", "rate_bps",
-                      "goodput_bps"]
-RTT_COLUMNS = ["flow_id", "capture", "t", "rtt_ms"]
-HEADLINE_KEYS = ("flows", "bytes", "throughput_bps_mean", "fct_s_median", "retransmissions",
-                 "reorder_ratio_mean", "ooo_percent", "long_throughput_bps_mean",
-                 "short_fct_s_mean", "captures", "packets")
+# the columns are declared once, with dtype, unit and definition, in analysis.columns
+FLOW_COLUMNS = C.names("flows")
+TIMESERIES_COLUMNS = C.names("timeseries")
+RTT_COLUMNS = C.names("rtt")
+HEADLINE_KEYS = tuple(c.name for c in C.HEADLINE)
 LONG_FLOW_BYTES = 1_000_000   # headline: "long" flows carry at least this much
 SHORT_FLOW_BYTES = 100_000    # ... and "short" flows less than this
 REORDER_FIELDS = ["data_packets", "reordered_packets", "reorder_ratio", "reorder_extent_max"]
+ORDER_FIELDS = ["ooo_packets", "ooo_ratio"]  # `analysis.order`: sender's vs receiver's capture
 DEFAULT_BIN_S = 0.1
 
 
@@ -106,6 +101,35 @@ def _pick(rows: pd.DataFrame, cap_host: dict, addrs: dict, side: str) -> pd.Data
                                                  ).drop_duplicates("flow_id").drop(columns="_score")
 
 
+def _at(capture: str, addr: str, cap_host: dict, addrs: dict) -> bool:
+    return addr in addrs.get(cap_host.get(capture, ""), ())
+
+
+def _ooo(caps: list[CaptureAnalysis], base: pd.DataFrame, cap_host: dict, addrs: dict
+         ) -> pd.DataFrame:
+    """`analysis.order.ooo_table` for every TCP flow (or subflow) captured both at its
+    data sender and at its data receiver; null for the others."""
+    by_name = {c.name: c for c in caps}
+    index = {c.name: pd.Series(np.arange(len(c.flow_rows)), index=c.flow_rows["flow_id"])
+             for c in caps}
+    pairs = []
+    for r in base[base["proto"] == "tcp"].itertuples(index=False):
+        fwd = int(r.data_dir) == 0
+        sender, receiver = (r.src_addr, r.dst_addr) if fwd else (r.dst_addr, r.src_addr)
+        scap, rcap = r.capture, r.capture_receiver
+        if not (isinstance(rcap, str) and scap != rcap and _at(scap, sender, cap_host, addrs)
+                and _at(rcap, receiver, cap_host, addrs)):
+            continue
+        keys = []
+        for name in (scap, rcap):
+            cap = by_name[name]
+            fi = int(index[name][r.flow_id])
+            ddir = int(cap.flow_rows["data_dir"].iat[fi])
+            keys.append(O.flow_keys(cap.segments, cap.table.cols["seq"], fi, ddir))
+        pairs.append((r.flow_id, keys[0], keys[1]))
+    return O.ooo_table(pairs)
+
+
 def _receiver_captures(token_rows: pd.DataFrame, cap_host: dict, addrs: dict,
                        present: set[str]) -> list[str]:
     ddir = token_rows["data_dir"].to_numpy()
@@ -134,6 +158,9 @@ def build_tables(caps: list[CaptureAnalysis], meta: dict, appflows: pd.DataFrame
     base[REORDER_FIELDS] = recv[REORDER_FIELDS].reindex(base.index)
     base["capture_receiver"] = recv["capture"].reindex(base.index)
     base = base.reset_index()
+    ooo = _ooo(caps, base, cap_host, addrs).set_index("flow_id")
+    for col in ORDER_FIELDS:
+        base[col] = ooo[col].reindex(base["flow_id"]).to_numpy()
     base["protocol"] = np.where(base["mptcp_token"] != "", "mptcp-subflow", base["proto"])
     base["parent"] = np.where(base["mptcp_token"] != "", "mptcp:" + base["mptcp_token"], "")
     # MPTCP connections: data level at the receiver's captures

@@ -346,9 +346,10 @@ def _read_parquet(path: Path) -> pd.DataFrame:
                                "re-run `testbed analyze` or the run") from None
 
 
-def _context(root: Path) -> ReportContext:
-    """Load what the report shows; files that are symbolic links (or not regular files)
-    inside the folder are skipped, each with a warning."""
+def _context(root: Path, analyze: bool = True) -> ReportContext:
+    """What the sections see of root; analyze: analyse a run that has no metrics/ yet
+    (False: refuse instead, so that root is only read).  Files that are symbolic links (or
+    not regular files) inside the folder are skipped, each with a warning."""
     skipped: list[str] = []
     if any(safefiles.check(root, root / rel, want) in (None, safefiles.SYMLINK)
            for rel, want in (("metadata.json", "file"), ("pcap", "dir"), ("metrics", "dir"))):
@@ -359,6 +360,13 @@ def _context(root: Path) -> ReportContext:
             raise ReportInputError(f"{root / 'metrics'}: a symbolic link (not followed); "
                                    "the report neither reads nor writes through it")
         if safefiles.file_in(root, "metrics/flows.parquet") is None:
+            if not analyze:
+                why = safefiles.check(root, root / "metrics" / "flows.parquet")
+                what = "no metrics/flows.parquet" if why in (None, "missing") else \
+                    f"metrics/flows.parquet is {why}"
+                raise ReportInputError(
+                    f"{root}: not analysed yet ({what}); the analysis writes into the "
+                    f"run: `testbed report {root}` without --out does it")
             try:
                 analyze_bundle(root, warnings=skipped)
             except OSError as exc:
@@ -400,18 +408,25 @@ def write_report(directory: str | Path, extra_sections: Sequence[Section] = (),
 
     directory: run bundle or sweep DIR; extra_sections: more `Section` callables (placed
     before the warnings); paper: a paper.toml (default: DIR/paper.toml when present);
-    out: output file (default DIR/report.html); warnings: gets a line for every file of
+    out: output file (default DIR/report.html, figures also saved in DIR/figures/).  With
+    out, DIR is only read, never written: figures are embedded in the page and also saved
+    beside it in ``<out stem>-figures/``, and a run whose analysis has not been done is
+    refused (the analysis writes DIR/metrics/); warnings: gets a line for every file of
     the folder that was skipped (a symbolic link is never followed).
     """
     root = Path(directory)
     if not root.is_dir():
         raise ReportInputError(f"{root}: no such directory; pass a run or sweep directory")
-    ctx = _context(root)
-    figures = safefiles.check(root, root / "figures", "dir")
-    if figures in (None, "missing"):
-        ctx.figure_dir = root / "figures"
+    target = Path(out) if out else root / REPORT_NAME
+    ctx = _context(root, analyze=not out)
+    if out:
+        ctx.figure_dir = target.with_name(f"{target.stem}-figures")
     else:
-        ctx.warnings.append(f"figures not saved: {root / 'figures'} is {figures}")
+        figures = safefiles.check(root, root / "figures", "dir")
+        if figures in (None, "missing"):
+            ctx.figure_dir = root / "figures"
+        else:
+            ctx.warnings.append(f"figures not saved: {root / 'figures'} is {figures}")
     if paper:
         pp = Path(paper)
         if not pp.is_file():
@@ -425,10 +440,10 @@ def write_report(directory: str | Path, extra_sections: Sequence[Section] = (),
     page = render(ctx, sections)
     if warnings is not None:
         warnings.extend(w for w in ctx.warnings if w.startswith(("skipped ", "figures not")))
-    target = Path(out) if out else root / REPORT_NAME
     try:
         write_atomic(target, lambda p: p.write_text(page, encoding="utf-8"))
     except OSError as exc:
+        hint = "choose another --out FILE" if out else "pass --out FILE"
         raise ReportInputError(f"{target}: cannot write the report ({exc.strerror}); "
-                               "pass --out FILE") from None
+                               f"{hint}") from None
     return target

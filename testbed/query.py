@@ -5,9 +5,10 @@ Views (each table has a ``run_id`` column to join on):
 * ``runs``       one row per bundle: run_id, name, status, repetition, seed, times, error,
                  path, the swept parameters (columns named after their dotted keys, quote
                  them in SQL: ``"transport.cc"``) and the headline metrics.
-* ``flows``, ``timeseries``, ``cwnd``, ``ping``, ``events``: the bundles'
+* ``flows``, ``timeseries``, ``cwnd``, ``ping``, ``events``, ``rtt``: the bundles'
   ``metrics/<view>.parquet`` of every *complete* run, stacked (columns as in
-  ``docs/results.md``).
+  ``docs/bundle.md``, declared in ``analysis.columns``; a view without files has those
+  columns and no rows).
 
 Example::
 
@@ -22,7 +23,9 @@ from typing import Any
 
 from testbed import safefiles
 from testbed.errors import InputError
-from testbed.results import COMPLETE, METRIC_TABLES, bundles, runs_frame
+from testbed.results import COMPLETE, METRIC_TABLES, UNREADABLE, bundles, runs_frame
+
+VIEWS = (*METRIC_TABLES, "rtt")  # rtt.parquet is not required: bundles before it lack it
 
 
 def connect(out: Path) -> Any:
@@ -39,17 +42,58 @@ def connect(out: Path) -> Any:
     if not out.is_dir():
         raise InputError(f"{out}: no such results directory; give the --out DIR of "
                          "`testbed run`")
+    check_readable(out)
     con = duckdb.connect(":memory:")
     runs = runs_frame(out)
     con.register("runs_frame", runs)
     con.execute("CREATE VIEW runs AS SELECT * FROM runs_frame")
     complete = [b for b in bundles(out) if b.status() == COMPLETE]
-    for table in METRIC_TABLES:
+    for table in VIEWS:
         files = [(b.run_id, safefiles.file_in(b.root, f"metrics/{table}.parquet"))
                  for b in complete]
-        con.register(f"{table}_data", stacked_table([(r, f) for r, f in files if f]))
-        con.execute(f"CREATE VIEW {table} AS SELECT * FROM {table}_data")
+        files = [(r, f) for r, f in files if f is not None]
+        if files:
+            con.register(f"{table}_data", stacked_table(files))
+            con.execute(f"CREATE VIEW {table} AS SELECT * FROM {table}_data")
+        else:
+            con.execute(f"CREATE VIEW {table} AS {_empty_sql(table)}")
     return con
+
+
+def check_readable(out: Path) -> None:
+    """Raise `InputError` (one line naming the folder or file) when DIR holds no bundles
+    or a bundle this user may not read.
+
+    out: the output directory.
+    """
+    try:
+        found = bundles(out)
+        studies = [] if found else sorted(p.name for p in Path(out).iterdir()
+                                          if p.is_dir() and (p / "summary.parquet").is_file())
+    except PermissionError as exc:
+        raise InputError(f"{exc.filename or out}: permission denied") from None
+    if not found:
+        hint = (f"it is a study's output: query one spec's folder, e.g. {Path(out) / studies[0]}"
+                if studies else "give the --out DIR of `testbed run`")
+        raise InputError(f"{out}: no result bundles here (no <run-id>/metadata.json); {hint}")
+    unreadable = [b for b in found if b.status() == UNREADABLE]
+    if unreadable:
+        first = unreadable[0]
+        more = f" (and {len(unreadable) - 1} more of {len(found)} runs)" \
+            if len(unreadable) > 1 else ""
+        raise InputError(f"{first.metadata_path}: permission denied{more}; runs made with "
+                         "sudo belong to root: query them with sudo, or give them to this user")
+
+
+def _empty_sql(table: str) -> str:
+    """A view with the documented columns (analysis.columns) and no rows."""
+    from analysis.columns import names
+    from analysis.columns import table as declared
+
+    types = {"string": "VARCHAR", "int64": "BIGINT", "float64": "DOUBLE", "bool": "BOOLEAN"}
+    cols = ", ".join(f"NULL::{types[declared(table).col(n).dtype]} AS \"{n}\""
+                     for n in names(table) if n != "run_id")
+    return f"SELECT NULL::VARCHAR AS run_id, {cols} WHERE false"
 
 
 def stacked_table(files: list[tuple[str, Path]]) -> Any:
@@ -68,6 +112,8 @@ def stacked_table(files: list[tuple[str, Path]]) -> Any:
     for run_id, path in files:
         try:
             t = pq.read_table(io.BytesIO(safefiles.read_bytes(path)))
+        except PermissionError:
+            raise InputError(f"{path}: permission denied") from None
         except (OSError, ValueError, pa.ArrowException) as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
             raise InputError(f"{path}: not a readable parquet table ({first})") from None
@@ -93,7 +139,7 @@ def run_query(out: Path, sql: str):
         return con.execute(sql).df()
     except duckdb.Error as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InputError(f"query: {first} (views: runs, {', '.join(METRIC_TABLES)})") \
+        raise InputError(f"query: {first} (views: runs, {', '.join(VIEWS)})") \
             from None
     finally:
         con.close()

@@ -234,11 +234,14 @@ def _check_grid_size(axes: list[tuple[str, KeyPath, list[Any]]], data: dict[str,
                         + f"; the most allowed is {MAX_RUNS} runs; split the sweep")
 
 
-def expand(data: dict[str, Any], source: str = "spec") -> list[RunPlan]:
+def expand(data: dict[str, Any], source: str = "spec",
+           labels: dict[str, str] | None = None) -> list[RunPlan]:
     """All runs of a spec dict (overrides already applied), each validated.
 
-    data: the parsed spec; source: file name for messages. Raises `SpecError` for the
-    first invalid point, naming the swept values that produced it.
+    data: the parsed spec; source: file name for messages; labels: shown key path ->
+    ``--set KEY`` for keys set from the command line (see `override_labels`). Raises
+    `SpecError` for the first invalid point (every problem of it, one line each), naming
+    the swept values that produced it.
     """
     axes = _sweep_axes(data, source)
     _check_grid_size(axes, data, source)
@@ -251,12 +254,13 @@ def expand(data: dict[str, Any], source: str = "spec") -> list[RunPlan]:
             set_key(point, path, copy.deepcopy(value), f"{source}: sweep.\"{canon}\"")
             params[canon] = value
         try:
-            exp = validate_spec(point, source)
+            exp = validate_spec(point, source, labels)
         except SpecError as exc:
             if not params:
                 raise
             where = ", ".join(f"{k} = {show_value(v)}" for k, v in params.items())
-            raise SpecError(f"{exc} (in the sweep point {where})") from None
+            raise SpecError("\n".join(f"{line} (in the sweep point {where})"
+                                      for line in str(exc).splitlines())) from None
         points.append((params, exp))
     if not points:  # an axis with no values was refused above; keep the type checker calm
         raise SpecError(f"{source}: the sweep has no points")
@@ -282,4 +286,16 @@ def plan_runs(spec_path: Path, overrides: list[str] | None = None) -> list[RunPl
     """
     data = read_toml(spec_path)
     data = apply_overrides(data, overrides or [])
-    return expand(data, str(spec_path))
+    return expand(data, str(spec_path), override_labels(overrides or []))
+
+
+def override_labels(overrides: list[str]) -> dict[str, str]:
+    """Key path as problems show it (``topology.paths[0].bw``) -> ``--set KEY`` as typed.
+
+    overrides: the ``KEY=VALUE`` strings (already checked by `apply_overrides`).
+    """
+    out: dict[str, str] = {}
+    for text in overrides:
+        path, _ = parse_override(text)
+        out[_show_path(path)] = f"--set {text.partition('=')[0].strip()}"
+    return out

@@ -104,10 +104,13 @@ def test_interrupt_exits_130_and_says_how_to_resume(spec, tmp_path, monkeypatch)
 def test_reexecutes_in_the_vm_when_native_runs_are_impossible(spec, tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(runcli, "_native_ok", lambda: False)
-    monkeypatch.setattr("testbed.vm.run_in_vm", lambda argv: calls.append(argv) or 0)
+    outs = []
+    monkeypatch.setattr("testbed.vm.run_in_vm",
+                        lambda argv, outputs: calls.append(argv) or outs.append(outputs) or 0)
     res = CliRunner().invoke(app, ["run", str(spec), "--out", str(tmp_path / "o"),
                                    "--set", "duration=6s", "--fail-fast", "--fresh-networks"])
     assert res.exit_code == 0, res.stderr
+    assert outs == [[tmp_path / "o"]]  # the VM shares the results folder, wherever it is
     assert len(res.stderr.strip().splitlines()) == 1
     assert "re-running inside `testbed vm`" in res.stderr
     argv = calls[0]

@@ -173,6 +173,53 @@ def test_params_cannot_overwrite_status_or_run_id(tmp_path):
     assert row["transport.cc"] == "reno"
 
 
+def test_params_cannot_overwrite_the_fidelity_columns(tmp_path):
+    b = _complete_bundle(tmp_path, "r1", 1,
+                         params={"fidelity": "ok", "fidelity_first_rtt_ms": 0.1})
+    meta = b.read_metadata()
+    meta["fidelity"] = {"verdict": "fail", "reasons": ["fail: slow"],
+                        "checks": {"first_rtt_ms": 250.0}}
+    b.write_metadata(meta)
+    row = run_row(b)
+    assert row["fidelity"] == "fail" and row["fidelity_first_rtt_ms"] == 250.0
+    assert row["param:fidelity"] == "ok" and row["param:fidelity_first_rtt_ms"] == 0.1
+
+
+def test_a_crafted_fidelity_section_is_no_traceback(tmp_path):
+    b = _complete_bundle(tmp_path, "r1", 1)
+    meta = b.read_metadata()
+    meta["fidelity"] = {"verdict": ["x"], "reasons": "not a list",
+                        "checks": {"first_rtt_ms": "lots", "softnet_dropped": [1]}}
+    b.write_metadata(meta)
+    row = run_row(b)
+    assert row["fidelity_reasons"] is None and row["fidelity_first_rtt_ms"] is None
+    assert row["fidelity_softnet_dropped"] is None
+    meta["fidelity"] = ["not", "a", "table"]
+    b.write_metadata(meta)
+    assert run_row(b)["fidelity"] == "unknown"
+
+
+def test_a_linked_metadata_json_says_why_it_was_not_read(tmp_path):
+    _complete_bundle(tmp_path / "elsewhere", "r2", 2)
+    (tmp_path / "r1").mkdir()
+    (tmp_path / "r1" / "metadata.json").symlink_to(tmp_path / "elsewhere/r2/metadata.json")
+    b = Bundle(tmp_path / "r1")
+    assert b.load_metadata() == (None, safefiles.SYMLINK)
+    assert b.status() == "broken"
+
+
+def test_report_out_refuses_a_run_whose_flows_table_is_a_link(tmp_path):
+    run = _run_dir(tmp_path)
+    (run / "metrics").mkdir()
+    (run / "metrics" / "flows.parquet").symlink_to("/etc/hostname")
+    before = sorted(p.name for p in run.rglob("*"))
+    with pytest.raises(InputError, match=r"not analysed yet \(metrics/flows\.parquet is a "
+                                         r"symbolic link"):
+        report.write_report(run, out=tmp_path / "r.html")
+    assert sorted(p.name for p in run.rglob("*")) == before
+    assert not (tmp_path / "r.html").exists()
+
+
 # -- no globs in queries -----------------------------------------------------------------
 
 def test_query_folder_names_with_glob_and_quote_characters(tmp_path):
