@@ -19,6 +19,8 @@ payload length (with offloads off, one skb is one packet at both ends).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -81,3 +83,38 @@ def flow_keys(seg: pd.DataFrame, seq32: np.ndarray, flow: int, data_dir: int) ->
     rows = seg["row"].to_numpy()[pick]
     order = np.argsort(rows, kind="stable")   # capture order
     return segment_keys(seq32[rows[order]], seg["payload"].to_numpy()[pick][order])
+
+
+def between_captures(sender: Any, receiver: Any) -> dict[str, tuple[int, int]]:
+    """(counted, late) of every TCP flow whose data the sender's capture shows leaving
+    and the receiver's capture shows arriving.
+
+    sender, receiver: `analysis.capture.CaptureAnalysis` of a capture at the data
+    sender's interface and one at the data receiver's.  A flow counts when both
+    captures hold it and it carried data in the same direction in both.
+    """
+    out: dict[str, tuple[int, int]] = {}
+    rrows = receiver.flow_rows
+    rindex = {fid: i for i, fid in enumerate(rrows["flow_id"])}
+    srows = sender.flow_rows
+    for i, fid in enumerate(srows["flow_id"]):
+        j = rindex.get(fid)
+        if j is None or srows["proto"].iat[i] != "tcp":
+            continue
+        d = int(srows["data_dir"].iat[i])
+        if int(rrows["data_dir"].iat[j]) != d:
+            continue
+        if _first_data_ts(sender.segments, i, d) > _first_data_ts(receiver.segments, j, d):
+            continue  # the "sender" capture is this flow's receiving end
+        sent = flow_keys(sender.segments, sender.table.cols["seq"], i, d)
+        got = flow_keys(receiver.segments, receiver.table.cols["seq"], j, d)
+        if len(sent):
+            out[fid] = late_arrivals(sent, got)
+    return out
+
+
+def _first_data_ts(seg: pd.DataFrame, flow: int, data_dir: int) -> float:
+    pick = (seg["flow"].to_numpy() == flow) & (seg["dir"].to_numpy() == data_dir) \
+        & (seg["payload"].to_numpy() > 0)
+    ts = seg["ts"].to_numpy()[pick]
+    return float(ts.min()) if len(ts) else float("inf")

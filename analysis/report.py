@@ -297,15 +297,67 @@ def sweep_section(ctx: ReportContext) -> str:
     return "".join(out)
 
 
-RUN_SECTIONS: tuple[Section, ...] = (metadata_section, figures_section, flows_section,
-                                     paper_section, spec_section, warnings_section)
-SWEEP_SECTIONS: tuple[Section, ...] = (sweep_section, paper_section, warnings_section)
+_VERDICT_TEXT = {
+    "ok": "the emulation kept up: every fidelity check passed",
+    "warn": "read these numbers with care: the emulation may not have kept up",
+    "fail": "do not trust these numbers: the emulation did not keep up",
+    "unknown": "no fidelity data (a run not analysed yet, or made before the checks)",
+}
+
+
+def fidelity_banner(verdicts: Sequence[tuple[str, str, Sequence[str]]]) -> str:
+    """The banner at the top of a report: one line per verdict kind, reasons listed.
+
+    verdicts: (run id, verdict, reasons) per run.
+    """
+    if not verdicts:
+        return ""
+    worst = max((v for _r, v, _x in verdicts),
+                key=lambda v: {"ok": 0, "unknown": 1, "warn": 2, "fail": 3}.get(v, 1))
+    counts = pd.Series([v for _r, v, _x in verdicts]).value_counts()
+    head = ", ".join(f"{n} {v}" for v, n in counts.items()) if len(verdicts) > 1 else worst
+    items = "".join(f"<li><b>{_esc(run)}</b>: {_esc(r)}</li>" for run, v, reasons in verdicts
+                    if v != "ok" for r in reasons[:6])
+    return (f"<div class='fid fid-{_esc(worst)}' id='fidelity'><b>Fidelity: {_esc(head)}</b>"
+            f" &mdash; {_esc(_VERDICT_TEXT.get(worst, ''))} "
+            "(docs/fidelity.md says how each check is made)"
+            + (f"<ul>{items}</ul>" if items else "") + "</div>")
+
+
+def run_fidelity_section(ctx: ReportContext) -> str:
+    """The run's fidelity verdict as a banner (metadata.json -> fidelity)."""
+    fid = ctx.meta.get("fidelity") if isinstance(ctx.meta.get("fidelity"), dict) else {}
+    return fidelity_banner([(ctx.meta.get("run_id") or ctx.root.name,
+                             fid.get("verdict", "unknown"), fid.get("reasons") or [])])
+
+
+def sweep_fidelity_section(ctx: ReportContext) -> str:
+    """Every run's fidelity verdict (summary.parquet's ``fidelity`` columns)."""
+    s = ctx.tables.get("summary")
+    if s is None or not len(s):
+        return ""
+    verdict = s["fidelity"] if "fidelity" in s else pd.Series("unknown", index=s.index)
+    reasons = s["fidelity_reasons"] if "fidelity_reasons" in s else pd.Series(None, s.index)
+    return fidelity_banner([(str(r), str(v) if isinstance(v, str) else "unknown",
+                             str(x).split("; ") if isinstance(x, str) and x else [])
+                            for r, v, x in zip(s.get("run_id", s.index), verdict, reasons,
+                                               strict=True)])
+
+
+RUN_SECTIONS: tuple[Section, ...] = (run_fidelity_section, metadata_section, figures_section,
+                                     flows_section, paper_section, spec_section,
+                                     warnings_section)
+SWEEP_SECTIONS: tuple[Section, ...] = (sweep_fidelity_section, sweep_section, paper_section,
+                                       warnings_section)
 
 _CSS = """body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}
 table.tbl,table.kv{border-collapse:collapse;font-size:12px}
 .tbl td,.tbl th,.kv td,.kv th{border:1px solid #ccc;padding:2px 6px;text-align:right}
 .kv th{text-align:left;background:#f4f4f4}pre{background:#f6f6f6;padding:8px;overflow:auto}
-figure.fig{margin:1em 0}figure.fig svg{max-width:100%;height:auto}ul.warn li{color:#a40}"""
+figure.fig{margin:1em 0}figure.fig svg{max-width:100%;height:auto}ul.warn li{color:#a40}
+.fid{padding:8px 12px;border-radius:4px;margin:1em 0;border:1px solid}
+.fid-ok{background:#eaf6ea;border-color:#7b7}.fid-warn,.fid-unknown{background:#fff6e0;
+border-color:#d90}.fid-fail{background:#fde8e8;border-color:#c44}.fid ul{margin:.3em 0}"""
 
 
 def load_paper(path: Path) -> list[dict]:

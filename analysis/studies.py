@@ -593,12 +593,16 @@ def render(res: StudyResult, paper: dict, out: Path) -> str:
     missing = (f"<p class=bad>No complete runs for: {e(', '.join(res.missing))}</p>"
                if res.missing else "")
     setup = e(str((paper.get("paper") or {}).get("setup", "")))
+    banner = _fidelity_banner(out)
     return f"""<!doctype html><html><head><meta charset="utf-8">
 <title>{e(res.study)}: {e(res.title)}</title>
 <style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}
 table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px}}
-.ok{{background:#dfd}}.bad{{background:#fdd}}.na{{background:#eee}}</style></head><body>
-<h1>{e(res.study)}: {e(res.title)}</h1>
+.ok{{background:#dfd}}.bad{{background:#fdd}}.na{{background:#eee}}
+.fid{{padding:8px 12px;border-radius:4px;margin:1em 0;border:1px solid}}
+.fid-ok{{background:#eaf6ea;border-color:#7b7}}.fid-warn,.fid-unknown{{background:#fff6e0;
+border-color:#d90}}.fid-fail{{background:#fde8e8;border-color:#c44}}</style></head><body>
+<h1>{e(res.study)}: {e(res.title)}</h1>{banner}
 <p>{setup}</p>{missing}
 <h2>The paper's claims, on our runs</h2>
 <table><tr><th>figure</th><th>claim</th><th>ours</th><th>measured</th></tr>{rows}</table>
@@ -608,6 +612,26 @@ table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px}}
 <h2>The paper's figures</h2><ul>{figs}</ul>
 <h2>Per-spec reports</h2><ul>{links}</ul>
 </body></html>"""
+
+
+def _fidelity_banner(out: Path) -> str:
+    """The fidelity verdicts of every run of the study (each spec's summary.parquet)."""
+    from analysis.report import fidelity_banner
+
+    verdicts = []
+    for summary in sorted(out.glob("*/summary.parquet")):
+        try:
+            s = pd.read_parquet(summary)
+        except (OSError, ValueError):
+            continue
+        for _, r in s.iterrows():
+            v = r.get("fidelity")
+            reasons = r.get("fidelity_reasons")
+            verdicts.append((f"{summary.parent.name}/{r.get('run_id')}",
+                             v if isinstance(v, str) else "unknown",
+                             reasons.split("; ") if isinstance(reasons, str) and reasons
+                             else []))
+    return fidelity_banner(verdicts)
 
 
 def write_study_report(study: Path, out: Path) -> Path:

@@ -5,8 +5,10 @@ from __future__ import annotations
 from testbed.monitor import (
     LinkCounter,
     Monitor,
+    busiest_fractions,
     parse_dpctl_lost,
     parse_proc_stat,
+    parse_proc_stat_cpus,
     parse_qdisc_drops,
     parse_softnet,
     peak_rate_bps,
@@ -19,6 +21,13 @@ def test_proc_stat_and_softnet():
     assert parse_proc_stat(text) == (150, 1000)
     soft = "0000000a 00000002 00000001 0 0\n00000005 00000000 00000003 0 0\n"
     assert parse_softnet(soft) == {"processed": 15, "dropped": 2, "time_squeeze": 4}
+
+
+def test_busiest_cpu_is_what_saturates():
+    text = "cpu  10 0 0 10 0\ncpu0 10 0 0 0 0 0 0 0\ncpu1 0 0 0 10 0 0 0 0\n"
+    assert parse_proc_stat_cpus(text) == [(10, 10), (0, 10)]
+    later = [(20, 20), (0, 20)]  # cpu0 fully busy, cpu1 idle: the machine is 50 % busy
+    assert busiest_fractions([parse_proc_stat_cpus(text), later]) == [1.0]
 
 
 def test_dpctl_and_qdisc_counters():
@@ -45,7 +54,8 @@ def test_monitor_samples_fake_files():
         counter["n"] += 1
         n = counter["n"]
         if path == "/proc/stat":
-            return f"cpu  {n * 100} 0 0 {n * 100} 0 0 0 0\n"
+            return (f"cpu  {n * 100} 0 0 {n * 100} 0 0 0 0\n"
+                    f"cpu0 {n * 100} 0 0 {n * 100} 0 0 0 0\n")
         if path.endswith("softnet_stat"):
             return "00000001 00000000 00000000\n"
         return str(n * 1000)

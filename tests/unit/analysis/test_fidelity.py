@@ -58,7 +58,7 @@ def test_saturated_link_below_its_rate_and_cpu_saturation():
     assert fid["verdict"] == "fail"
     text = " | ".join(fid["reasons"])
     assert "link wifi (s1-eth1) carried at most 6.50 of 10.00 Mbit/s (65%)" in text
-    assert "at least 95 % busy for 80% of the traffic phase" in text
+    assert "a CPU was at least 95 % busy for 80% of the traffic phase" in text
     assert "cell" not in text
     assert fid["checks"]["rate_ratio_min"] == 0.65
 
