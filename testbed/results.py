@@ -309,8 +309,8 @@ def fidelity_columns(fidelity: dict[str, Any] | None) -> dict[str, Any]:
     out: dict[str, Any] = {"fidelity": fid.get("verdict", "unknown"),
                            "fidelity_reasons": "; ".join(fid.get("reasons") or []) or None}
     for key in ("rate_ratio_min", "rtt_excess_ms_max", "first_rtt_ms", "event_late_ms_max",
-                "cpu_saturated_share", "emulator_ooo_ratio_max", "softnet_dropped",
-                "ovs_upcalls_lost", "controller_restarts"):
+                "cpu_saturated_share", "cpu_busiest_mean", "emulator_ooo_ratio_max",
+                "softnet_dropped", "ovs_upcalls_lost", "controller_restarts"):
         val = checks.get(key)
         out[f"fidelity_{key}"] = None if val is None else float(val)
     return out
