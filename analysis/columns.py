@@ -263,7 +263,9 @@ RUNS = Table("runs", "summary.parquet", "one per bundle of DIR (the view is rebu
                  Col("fidelity_event_late_ms_max", FLT, "ms", "latest schedule event: "
                      "t_applied - t_planned"),
                  Col("fidelity_cpu_saturated_share", FLT, "fraction", "share of the traffic "
-                     "phase the CPUs were at least 95 % busy"),
+                     "phase (0.5 s samples) the busiest CPU was at least 95 % busy"),
+                 Col("fidelity_cpu_busiest_mean", FLT, "fraction", "mean busy share of "
+                     "the busiest CPU over the traffic phase"),
                  Col("fidelity_emulator_ooo_ratio_max", FLT, "fraction", "highest `ooo_ratio` "
                      "of a flow (100+ segments) under forwarding that cannot reorder (not "
                      "spraying)"),

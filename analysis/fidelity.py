@@ -35,6 +35,8 @@ THRESHOLDS: dict[str, tuple[float, float]] = {
     "event_late_ms": (50.0, 500.0),
     # share of the traffic phase the busiest CPU was >= 95 % busy
     "cpu_saturated_share": (0.25, 0.75),
+    # how busy the busiest CPU was on average over the traffic phase
+    "cpu_busiest_mean": (0.75, 0.90),
     # data segments that arrived after a segment sent later, where the forwarding
     # cannot reorder (every policy but spraying): worst flow with >= 100 segments
     "emulator_ooo_ratio": (0.001, 0.01),
@@ -156,6 +158,12 @@ def check_cpu(v: _Verdict, raw: Mapping[str, Any]) -> None:
     v.checks["cpu_saturated_share"] = share
     v.checks["cpu_busy_mean"] = _num(raw.get("cpu_busy_mean"))
     v.checks["cpu_busiest_mean"] = _num(raw.get("cpu_busiest_mean"))
+    busiest = _num(raw.get("cpu_busiest_mean"))
+    if busiest is not None:
+        v.add(_grade(busiest, "cpu_busiest_mean"),
+              f"the busiest CPU was {busiest:.0%} busy on average over the traffic phase: "
+              "packets waited for a CPU, so the links may have run slower and later than "
+              "configured")
     if share is None:
         return
     v.add(_grade(share, "cpu_saturated_share"),
@@ -256,6 +264,7 @@ CHECK_TEXT: dict[str, str] = {
     "event_late_ms": "t_applied - t_planned of the latest schedule event, ms",
     "cpu_saturated_share": "share of the traffic phase (0.5 s samples) in which the "
                            "busiest CPU was at least 95 % busy",
+    "cpu_busiest_mean": "mean busy share of the busiest CPU over the traffic phase",
     "emulator_ooo_ratio": "worst `ooo_ratio` of a TCP flow or subflow (100+ segments) "
                           "under any forwarding but spraying",
 }
