@@ -39,7 +39,8 @@ class FailsOnTwo(app_manager.OSKenApp):
 
 
 def test_a_failing_handler_does_not_end_the_event_thread(monkeypatch, caplog) -> None:
-    assert hub.HUB_TYPE == "native"
+    if hub.HUB_TYPE != "native":
+        pytest.skip(f"os-ken runs its {hub.HUB_TYPE} hub here (OSKEN_HUB_TYPE)")
     monkeypatch.setattr(hub, "TaskExit", hub.TaskExit)  # restored after the test
     assert use_own_task_exit(hub) is True
     app = FailsOnTwo()
