@@ -143,12 +143,17 @@ def _run_sweep(plans: list[Any], out: Path, fail_fast: bool, spec: Path,
     from testbed.progress import SweepProgress
     from testbed.results import run_sweep
     from testbed.reuse import NetworkKeeper
-    from testbed.runner import execute_run, recover_bundle
+    from testbed.runner import check_kernel_support, execute_run, recover_bundle
 
     sets = [arg for o in overrides for arg in ("--set", o)]
     extra = {"command": shlex.join(["testbed", "run", str(spec), "--out", str(out), *sets]),
              "spec_file": str(spec)}
     progress = SweepProgress()
+    try:
+        check_kernel_support(plans)  # an unknown CC stops here, not after every run failed
+    except TestbedError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        return exc.exit_code
     try:
         with _sigterm_as_interrupt(), NetworkKeeper(
                 keep=not fresh_networks, state_dir=out) as keeper:

@@ -574,6 +574,25 @@ def _problems(exp: Experiment, bundle: Bundle, meta: dict[str, Any]) -> list[str
     return run_problems(meta, [ev.at_s for ev in schedule_events(exp)], applied)
 
 
+def check_kernel_support(plans: list[Any], runner: CommandRunner | None = None) -> None:
+    """Before the first run: every congestion control the plans name is available on
+    this kernel (loaded if it is a module); raises `UnsupportedError` (exit 2) naming
+    the spec key and listing what the kernel offers, before anything is built."""
+    runner = runner or CommandRunner()
+    seen: set[str] = set()
+    for plan in plans:
+        exp = plan.spec
+        wanted = [("transport.cc", exp.transport.cc)] + [
+            (f"workload[{i}].cc", wl.cc) for i, wl in enumerate(exp.workload)
+            if getattr(wl, "cc", None)]
+        for key, cc in wanted:
+            if cc and cc not in seen:
+                from testbed.transport import ensure_cc
+
+                ensure_cc(runner, cc, key=key)
+                seen.add(cc)
+
+
 def _ensure_ccs(runner: CommandRunner, exp: Experiment) -> None:
     from testbed.transport import ensure_cc
 

@@ -103,13 +103,14 @@ def run_study(study: Path, variant: str = "quick", out: Path | None = None,
     from testbed.progress import SweepProgress
     from testbed.results import run_sweep
     from testbed.reuse import NetworkKeeper
-    from testbed.runner import execute_run, recover_bundle
+    from testbed.runner import check_kernel_support, execute_run, recover_bundle
 
     out = out or default_out(study, variant)
     outcome = StudyOutcome(out=out)
     # validate every spec before running anything: a typo in the last one should not
     # surface after twenty minutes of runs
     plans = plan_study(study, variant, only, overrides)
+    check_kernel_support([p for ps in plans.values() for p in ps])
     sets = "".join(f" --set {shlex.quote(o)}" for o in overrides or [])
     with NetworkKeeper(keep=not fresh_networks, state_dir=out) as keeper:
         execute = partial(execute_run, keeper=keeper, analyze=analyze)

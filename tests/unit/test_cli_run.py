@@ -37,7 +37,25 @@ def native(monkeypatch):
     fake = FakeRunner()
     monkeypatch.setattr(runcli, "_native_ok", lambda: True)
     monkeypatch.setattr("testbed.runner.execute_run", fake)
+    monkeypatch.setattr("testbed.runner.check_kernel_support", lambda plans: None)
     return fake
+
+
+def test_an_unavailable_cc_stops_before_the_first_run(spec, tmp_path, native, monkeypatch):
+    from testbed.errors import UnsupportedError
+
+    def refuse(plans):
+        assert len(plans) == 4  # every run's CC is checked before any runs
+        raise UnsupportedError("transport.cc: congestion control 'nosuchcc' is not "
+                               "available on this kernel; available: reno cubic")
+
+    monkeypatch.setattr("testbed.runner.check_kernel_support", refuse)
+    res = CliRunner().invoke(app, ["run", str(spec), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2
+    assert res.stderr.strip().splitlines() == [
+        "error: transport.cc: congestion control 'nosuchcc' is not available on this "
+        "kernel; available: reno cubic"]
+    assert native.calls == []
 
 
 def test_dry_run_lists_runs_and_commands(spec, tmp_path):
