@@ -22,45 +22,45 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis import columns as C
 from analysis import metrics as M
+from analysis import order as O
 from analysis import samples as S
 from analysis.capture import CaptureAnalysis
 from analysis.pcap import DEFAULT_CHUNK_BYTES, Progress
+from testbed import safefiles
 
-FLOW_COLUMNS = ["flow_id", "capture", "capture_receiver", "protocol", "proto", "parent",
-                "mptcp_token", "mptcp_role", "src_addr", "sport", "dst_addr", "dport",
-                "syn_seen", "packets", "frames_fwd", "frame_bytes_fwd", "frames_rev",
-                "frame_bytes_rev", "bytes", "start", "end", "fct_s", "throughput_bps",
-                "data_packets", "retransmissions", "reordered_packets", "reorder_ratio",
-                "reorder_extent_max",
-                "loss_estimate", "rtt_ms_median", "workload", "app_fct_s"]
-TIMESERIES_COLUMNS = ["kind", "key", "capture", "t", "t_rel", "bin_s", "bytes", "rate_bps",
-                      "goodput_bps"]
-RTT_COLUMNS = ["flow_id", "capture", "t", "rtt_ms"]
-HEADLINE_KEYS = ("flows", "bytes", "throughput_bps_mean", "fct_s_median", "retransmissions",
-                 "reorder_ratio_mean", "ooo_percent", "long_throughput_bps_mean",
-                 "short_fct_s_mean", "captures", "packets")
+# the columns are declared once, with dtype, unit and definition, in analysis.columns
+FLOW_COLUMNS = C.names("flows")
+TIMESERIES_COLUMNS = C.names("timeseries")
+RTT_COLUMNS = C.names("rtt")
+HEADLINE_KEYS = tuple(c.name for c in C.HEADLINE)
 LONG_FLOW_BYTES = 1_000_000   # headline: "long" flows carry at least this much
 SHORT_FLOW_BYTES = 100_000    # ... and "short" flows less than this
 REORDER_FIELDS = ["data_packets", "reordered_packets", "reorder_ratio", "reorder_extent_max"]
+ORDER_FIELDS = ["ooo_packets", "ooo_ratio"]  # `analysis.order`: sender's vs receiver's capture
 DEFAULT_BIN_S = 0.1
 
 
-def captures_of(run_dir: Path) -> list[Path]:
-    """The capture files of a run, sorted by name."""
-    d = run_dir / "pcap"
-    return sorted(p for p in d.glob("*") if p.suffix in (".pcap", ".pcapng")) if d.is_dir() else []
+def captures_of(run_dir: Path, warnings: list[str] | None = None) -> list[Path]:
+    """The capture files of a run, sorted by name (symbolic links skipped, with a warning)."""
+    return safefiles.files_in(run_dir, "pcap", (".pcap", ".pcapng"), warnings)
 
 
 def load_metadata(run_dir: Path) -> dict:
-    """metadata.json as a dict ({} when absent)."""
-    p = run_dir / "metadata.json"
-    if not p.is_file():
+    """metadata.json as a dict ({} when absent or a symbolic link)."""
+    p = safefiles.file_in(run_dir, "metadata.json")
+    if p is None:
         return {}
     try:
-        return json.loads(p.read_text(encoding="utf-8"))
+        meta = json.loads(safefiles.read_text(p))
     except json.JSONDecodeError as exc:
         raise S.SampleFormatError(f"{p}: not valid JSON ({exc.msg}); re-run the run") from None
+    except RecursionError:
+        raise S.SampleFormatError(f"{p}: not valid JSON (nested too deeply)") from None
+    if not isinstance(meta, dict):
+        raise S.SampleFormatError(f"{p}: not a JSON object; re-run the run")
+    return meta
 
 
 def capture_interfaces(meta: dict) -> dict[str, dict]:
@@ -101,6 +101,35 @@ def _pick(rows: pd.DataFrame, cap_host: dict, addrs: dict, side: str) -> pd.Data
                                                  ).drop_duplicates("flow_id").drop(columns="_score")
 
 
+def _at(capture: str, addr: str, cap_host: dict, addrs: dict) -> bool:
+    return addr in addrs.get(cap_host.get(capture, ""), ())
+
+
+def _ooo(caps: list[CaptureAnalysis], base: pd.DataFrame, cap_host: dict, addrs: dict
+         ) -> pd.DataFrame:
+    """`analysis.order.ooo_table` for every TCP flow (or subflow) captured both at its
+    data sender and at its data receiver; null for the others."""
+    by_name = {c.name: c for c in caps}
+    index = {c.name: pd.Series(np.arange(len(c.flow_rows)), index=c.flow_rows["flow_id"])
+             for c in caps}
+    pairs = []
+    for r in base[base["proto"] == "tcp"].itertuples(index=False):
+        fwd = int(r.data_dir) == 0
+        sender, receiver = (r.src_addr, r.dst_addr) if fwd else (r.dst_addr, r.src_addr)
+        scap, rcap = r.capture, r.capture_receiver
+        if not (isinstance(rcap, str) and scap != rcap and _at(scap, sender, cap_host, addrs)
+                and _at(rcap, receiver, cap_host, addrs)):
+            continue
+        keys = []
+        for name in (scap, rcap):
+            cap = by_name[name]
+            fi = int(index[name][r.flow_id])
+            ddir = int(cap.flow_rows["data_dir"].iat[fi])
+            keys.append(O.flow_keys(cap.segments, cap.table.cols["seq"], fi, ddir))
+        pairs.append((r.flow_id, keys[0], keys[1]))
+    return O.ooo_table(pairs)
+
+
 def _receiver_captures(token_rows: pd.DataFrame, cap_host: dict, addrs: dict,
                        present: set[str]) -> list[str]:
     ddir = token_rows["data_dir"].to_numpy()
@@ -129,6 +158,9 @@ def build_tables(caps: list[CaptureAnalysis], meta: dict, appflows: pd.DataFrame
     base[REORDER_FIELDS] = recv[REORDER_FIELDS].reindex(base.index)
     base["capture_receiver"] = recv["capture"].reindex(base.index)
     base = base.reset_index()
+    ooo = _ooo(caps, base, cap_host, addrs).set_index("flow_id")
+    for col in ORDER_FIELDS:
+        base[col] = ooo[col].reindex(base["flow_id"]).to_numpy()
     base["protocol"] = np.where(base["mptcp_token"] != "", "mptcp-subflow", base["proto"])
     base["parent"] = np.where(base["mptcp_token"] != "", "mptcp:" + base["mptcp_token"], "")
     # MPTCP connections: data level at the receiver's captures
@@ -275,27 +307,36 @@ def headline(flows: pd.DataFrame) -> dict:
 
 
 def analyze_bundle(run_dir: str | Path, bin_s: float = DEFAULT_BIN_S,
-                   chunk_bytes: int = DEFAULT_CHUNK_BYTES, progress: Progress | None = None
-                   ) -> dict:
+                   chunk_bytes: int = DEFAULT_CHUNK_BYTES, progress: Progress | None = None,
+                   warnings: list[str] | None = None) -> dict:
     """Compute ``RUN/metrics/*.parquet`` and return the run's headline metrics.
 
     run_dir: a result bundle; bin_s: throughput bin (s); chunk_bytes: capture read buffer;
     progress: called with (capture, bytes read, its size) while reading (`analysis.pcap`).
     Missing inputs (no captures, no samples) give empty tables with the right columns.
     Raises `CaptureFormatError` for a corrupt capture before anything is written.
+    Symbolic links inside the bundle are never followed: a linked capture or sample file
+    is skipped (a line in warnings), a linked ``metrics/`` raises `UnsafeFileError`.
     """
     run = Path(run_dir)
+    if safefiles.check(run, run / "metrics", "dir") not in (None, "missing"):
+        raise safefiles.UnsafeFileError(f"{run / 'metrics'}: not a directory of the bundle "
+                                        "(a symbolic link?); nothing is written through it")
     meta = load_metadata(run)
-    caps = [CaptureAnalysis.of(p, chunk_bytes, progress) for p in captures_of(run)]
-    app = S.read_jsonl(run / "samples" / "flows.jsonl", S.APPFLOW_COLUMNS)
+    caps = [CaptureAnalysis.of(p, chunk_bytes, progress) for p in captures_of(run, warnings)]
+
+    def sample(name: str) -> Path | None:
+        return safefiles.file_in(run, f"samples/{name}", warnings)
+
+    app = S.read_jsonl(sample("flows.jsonl"), S.APPFLOW_COLUMNS)
     tables = build_tables(caps, meta, app, bin_s)
     rtt = pd.concat([c.rtt() for c in caps], ignore_index=True) if caps else \
         pd.DataFrame({k: [] for k in RTT_COLUMNS})
     t0 = meta.get("t0")
-    cwnd = S.read_jsonl(run / "samples" / "cwnd.jsonl", S.CWND_COLUMNS)
-    ping = S.read_jsonl(run / "samples" / "ping.jsonl", S.PING_COLUMNS)
-    events = S.read_jsonl(run / "samples" / "events.jsonl", S.EVENT_COLUMNS)
-    if t0 is not None:
+    cwnd = S.read_jsonl(sample("cwnd.jsonl"), S.CWND_COLUMNS)
+    ping = S.read_jsonl(sample("ping.jsonl"), S.PING_COLUMNS)
+    events = S.read_jsonl(sample("events.jsonl"), S.EVENT_COLUMNS)
+    if isinstance(t0, (int, float)) and not isinstance(t0, bool):
         cwnd["t_rel"] = cwnd["t"] - float(t0)
         ping["t_rel"] = ping["t"] - float(t0)
         events["t_rel"] = events["t_applied"] - float(t0)

@@ -58,12 +58,15 @@ def register(app: typer.Typer) -> None:
     from testbed.cli import guarded
 
     @app.command()
-    def analyze(pcaps: Annotated[list[Path], typer.Argument(help="pcap / pcapng files.")],
-                out: Annotated[Path | None, typer.Option("--out", help="Write flows.parquet "
-                                                         "and timeseries.parquet here.")] = None,
-                bin_s: Annotated[float, typer.Option("--bin", help="Throughput bin (s).")] = 0.1,
-                chunk_bytes: Annotated[int, typer.Option(help="Read buffer (bytes).")]
-                = DEFAULT_CHUNK_BYTES,
+    def analyze(pcaps: Annotated[list[Path], typer.Argument(
+                    metavar="PCAP", help="pcap / pcapng files.")],
+                out: Annotated[Path | None, typer.Option(
+                    "--out", metavar="DIR",
+                    help="Write flows.parquet and timeseries.parquet here.")] = None,
+                bin_s: Annotated[float, typer.Option(
+                    "--bin", metavar="SECONDS", help="Throughput bin (s).")] = 0.1,
+                chunk_bytes: Annotated[int, typer.Option(
+                    metavar="BYTES", help="Read buffer (bytes).")] = DEFAULT_CHUNK_BYTES,
                 packets: Annotated[bool, typer.Option("--packets", help="Also write the "
                                                       "decoded packets per capture.")] = False
                 ) -> None:
@@ -82,23 +85,38 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"wrote {out / 'flows.parquet'} and {out / 'timeseries.parquet'}")
 
     @app.command()
-    def report(directory: Annotated[Path, typer.Argument(help="A run bundle or sweep DIR.")],
-               paper: Annotated[Path | None, typer.Option(help="paper.toml with published "
-                                                          "values (default DIR/paper.toml).")]
-               = None,
-               out: Annotated[Path | None, typer.Option(help="Output file "
-                                                        "(default DIR/report.html).")] = None
+    def report(directory: Annotated[Path, typer.Argument(
+                   metavar="DIR", help="A run bundle or sweep DIR (never written to when "
+                                       "--out is given).")],
+               paper: Annotated[Path | None, typer.Option(
+                   metavar="FILE",
+                   help="paper.toml with published values (default DIR/paper.toml).")] = None,
+               out: Annotated[Path | None, typer.Option(
+                   metavar="FILE", help="Output file (default DIR/report.html); figures are "
+                                        "embedded in it.")] = None
                ) -> None:
         """Write a self-contained report.html for a run or a sweep (analysing first the
         runs whose analysis was left for later, as `testbed study` does in the VM)."""
         from analysis.report import write_report
-        from testbed.results import finish_deferred
+        from testbed.results import finish_deferred, pending_analysis
         from testbed.runner import analyze_run
 
-        failed = guarded(lambda: finish_deferred(
-            directory, analyze_run, progress=lambda line: typer.echo(line, err=True)))
-        for run_id, err in failed:
-            typer.echo(f"  failed: {run_id}: {err}", err=True)
+        if out is not None:  # DIR is only read: no deferred analysis written into it
+            pending = pending_analysis(directory) if directory.is_dir() else []
+            if pending:
+                typer.echo(f"error: {directory}: {len(pending)} run(s) not analysed yet; the "
+                           f"analysis writes into them: `testbed report {directory}` without "
+                           "--out does it", err=True)
+                raise typer.Exit(2)
+        else:
+            failed = guarded(lambda: finish_deferred(
+                directory, analyze_run, progress=lambda line: typer.echo(line, err=True)))
+            for run_id, err in failed:
+                typer.echo(f"  failed: {run_id}: {err}", err=True)
 
-        path = guarded(lambda: write_report(directory, paper=paper, out=out))
+        skipped: list[str] = []
+        path = guarded(lambda: write_report(directory, paper=paper, out=out,
+                                            warnings=skipped))
+        for line in skipped:
+            typer.echo(f"warning: {line}", err=True)
         typer.echo(str(path))

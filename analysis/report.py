@@ -19,6 +19,7 @@ published numbers next to the measured ones::
 from __future__ import annotations
 
 import html
+import io
 import json
 import math
 import re
@@ -31,10 +32,11 @@ import pandas as pd
 from analysis import plots
 from analysis.bundle import HEADLINE_KEYS, analyze_bundle, headline, load_metadata
 from analysis.samples import write_atomic
-from testbed import units
+from testbed import safefiles, units
 from testbed.capture import shortfall
 from testbed.compat import tomllib
 from testbed.errors import InputError
+from testbed.safefiles import safe_href  # noqa: F401  (re-exported for sections)
 
 Section = Callable[["ReportContext"], str]
 REPORT_NAME = "report.html"
@@ -82,11 +84,22 @@ def _table(df: pd.DataFrame, max_rows: int = 200) -> str:
                                      float_format=lambda v: f"{v:.6g}") + more
 
 
+def figure_file_name(name: str) -> str:
+    """A figure's file stem made from column names (which come from spec keys): only
+    letters, digits, ``-`` and ``_`` (anything else becomes ``_``), at most 120 characters,
+    never empty, so a ``../`` in a key cannot leave the figures folder."""
+    stem = re.sub(r"[^A-Za-z0-9_-]+", "_", name).strip("_-")[:120]
+    return stem or "figure"
+
+
 def _figure(ctx: ReportContext, fig, name: str, caption: str) -> str:
     """Embed fig as inline SVG; also save it as DIR/figures/<name>.png and .svg."""
     svg = plots.to_svg(fig)
     if ctx.figure_dir is not None:
-        plots.save(fig, ctx.figure_dir / name, svg)
+        base = ctx.figure_dir / figure_file_name(name)
+        if base.parent != ctx.figure_dir:  # cannot happen with the name above; be sure
+            raise ReportInputError(f"figure name {name!r} leaves {ctx.figure_dir}")
+        plots.save(fig, base, svg)
     svg = svg[svg.find("<svg"):]
     return f'<figure class="fig" id="fig-{_esc(name)}">{svg}' \
            f'<figcaption>{_esc(caption)}</figcaption></figure>'
@@ -284,48 +297,148 @@ def sweep_section(ctx: ReportContext) -> str:
     return "".join(out)
 
 
-RUN_SECTIONS: tuple[Section, ...] = (metadata_section, figures_section, flows_section,
-                                     paper_section, spec_section, warnings_section)
-SWEEP_SECTIONS: tuple[Section, ...] = (sweep_section, paper_section, warnings_section)
+_VERDICT_TEXT = {
+    "ok": "the emulation kept up: every fidelity check passed",
+    "warn": "read these numbers with care: the emulation may not have kept up",
+    "fail": "do not trust these numbers: the emulation did not keep up",
+    "unknown": "no fidelity data (a run not analysed yet, or made before the checks)",
+}
+
+
+def fidelity_banner(verdicts: Sequence[tuple[str, str, Sequence[str]]]) -> str:
+    """The banner at the top of a report: one line per verdict kind, reasons listed.
+
+    verdicts: (run id, verdict, reasons) per run.
+    """
+    if not verdicts:
+        return ""
+    worst = max((v for _r, v, _x in verdicts),
+                key=lambda v: {"ok": 0, "unknown": 1, "warn": 2, "fail": 3}.get(v, 1))
+    counts = pd.Series([v for _r, v, _x in verdicts]).value_counts()
+    head = ", ".join(f"{n} {v}" for v, n in counts.items()) if len(verdicts) > 1 else worst
+    items = "".join(f"<li><b>{_esc(run)}</b>: {_esc(r)}</li>" for run, v, reasons in verdicts
+                    if v != "ok" for r in reasons[:6])
+    return (f"<div class='fid fid-{_esc(worst)}' id='fidelity'><b>Fidelity: {_esc(head)}</b>"
+            f" &mdash; {_esc(_VERDICT_TEXT.get(worst, ''))} "
+            "(docs/fidelity.md says how each check is made)"
+            + (f"<ul>{items}</ul>" if items else "") + "</div>")
+
+
+def run_fidelity_section(ctx: ReportContext) -> str:
+    """The run's fidelity verdict as a banner (metadata.json -> fidelity)."""
+    fid = ctx.meta.get("fidelity") if isinstance(ctx.meta.get("fidelity"), dict) else {}
+    return fidelity_banner([(ctx.meta.get("run_id") or ctx.root.name,
+                             fid.get("verdict", "unknown"), fid.get("reasons") or [])])
+
+
+def sweep_fidelity_section(ctx: ReportContext) -> str:
+    """Every run's fidelity verdict (summary.parquet's ``fidelity`` columns)."""
+    s = ctx.tables.get("summary")
+    if s is None or not len(s):
+        return ""
+    verdict = s["fidelity"] if "fidelity" in s else pd.Series("unknown", index=s.index)
+    reasons = s["fidelity_reasons"] if "fidelity_reasons" in s else pd.Series(None, s.index)
+    return fidelity_banner([(str(r), str(v) if isinstance(v, str) else "unknown",
+                             str(x).split("; ") if isinstance(x, str) and x else [])
+                            for r, v, x in zip(s.get("run_id", s.index), verdict, reasons,
+                                               strict=True)])
+
+
+RUN_SECTIONS: tuple[Section, ...] = (run_fidelity_section, metadata_section, figures_section,
+                                     flows_section, paper_section, spec_section,
+                                     warnings_section)
+SWEEP_SECTIONS: tuple[Section, ...] = (sweep_fidelity_section, sweep_section, paper_section,
+                                       warnings_section)
 
 _CSS = """body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}
 table.tbl,table.kv{border-collapse:collapse;font-size:12px}
 .tbl td,.tbl th,.kv td,.kv th{border:1px solid #ccc;padding:2px 6px;text-align:right}
 .kv th{text-align:left;background:#f4f4f4}pre{background:#f6f6f6;padding:8px;overflow:auto}
-figure.fig{margin:1em 0}figure.fig svg{max-width:100%;height:auto}ul.warn li{color:#a40}"""
+figure.fig{margin:1em 0}figure.fig svg{max-width:100%;height:auto}ul.warn li{color:#a40}
+.fid{padding:8px 12px;border-radius:4px;margin:1em 0;border:1px solid}
+.fid-ok{background:#eaf6ea;border-color:#7b7}.fid-warn,.fid-unknown{background:#fff6e0;
+border-color:#d90}.fid-fail{background:#fde8e8;border-color:#c44}.fid ul{margin:.3em 0}"""
 
 
 def load_paper(path: Path) -> list[dict]:
     """Read paper.toml ([[value]] entries with metric and value)."""
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(path.read_text(encoding="utf-8", errors="replace"))
     except tomllib.TOMLDecodeError as exc:
         raise ReportInputError(f"{path}: not valid TOML ({exc}); fix the file") from None
+    except OSError as exc:
+        raise ReportInputError(f"{path}: cannot read it ({exc.strerror})") from None
+    except RecursionError:
+        raise ReportInputError(f"{path}: not valid TOML (nested too deeply)") from None
     vals = data.get("value", [])
+    if not isinstance(vals, list):
+        raise ReportInputError(f"{path}: value must be an array of tables ([[value]])")
     for i, v in enumerate(vals):
         if not isinstance(v, dict) or "metric" not in v or "value" not in v:
             raise ReportInputError(f"{path}: value[{i}] needs 'metric' and 'value' keys")
+        number = (int, float)
+        if isinstance(v["value"], bool) or not isinstance(v["value"], number) or \
+                not isinstance(v["metric"], str) or \
+                not isinstance(v.get("tolerance", 0), number) or \
+                not isinstance(v.get("where", {}), dict):
+            raise ReportInputError(f"{path}: value[{i}]: metric must be a string, value and "
+                                   "tolerance numbers, where a table")
     return vals
 
 
-def _context(root: Path) -> ReportContext:
-    if (root / "metadata.json").is_file() or (root / "pcap").is_dir() or \
-            (root / "metrics").is_dir():
-        ctx = ReportContext(root, "run", meta=load_metadata(root))
-        if not (root / "metrics" / "flows.parquet").is_file():
-            analyze_bundle(root)
+def _read_parquet(path: Path) -> pd.DataFrame:
+    """A parquet file of the folder (no link followed); a corrupt one is a one-line error."""
+    import pyarrow as pa
+
+    try:
+        return pd.read_parquet(io.BytesIO(safefiles.read_bytes(path)))
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise ReportInputError(f"{path}: not a readable parquet table ({first}); "
+                               "re-run `testbed analyze` or the run") from None
+
+
+def _context(root: Path, analyze: bool = True) -> ReportContext:
+    """What the sections see of root; analyze: analyse a run that has no metrics/ yet
+    (False: refuse instead, so that root is only read).  Files that are symbolic links (or
+    not regular files) inside the folder are skipped, each with a warning."""
+    skipped: list[str] = []
+    if any(safefiles.check(root, root / rel, want) in (None, safefiles.SYMLINK)
+           for rel, want in (("metadata.json", "file"), ("pcap", "dir"), ("metrics", "dir"))):
+        meta_file = safefiles.file_in(root, "metadata.json", skipped)
+        ctx = ReportContext(root, "run", meta=load_metadata(root) if meta_file else {})
+        metrics = safefiles.check(root, root / "metrics", "dir")
+        if metrics == safefiles.SYMLINK:
+            raise ReportInputError(f"{root / 'metrics'}: a symbolic link (not followed); "
+                                   "the report neither reads nor writes through it")
+        if safefiles.file_in(root, "metrics/flows.parquet") is None:
+            if not analyze:
+                why = safefiles.check(root, root / "metrics" / "flows.parquet")
+                what = "no metrics/flows.parquet" if why in (None, "missing") else \
+                    f"metrics/flows.parquet is {why}"
+                raise ReportInputError(
+                    f"{root}: not analysed yet ({what}); the analysis writes into the "
+                    f"run: `testbed report {root}` without --out does it")
+            try:
+                analyze_bundle(root, warnings=skipped)
+            except OSError as exc:
+                raise ReportInputError(f"{root}: cannot write its metrics/ "
+                                       f"({exc.strerror}: {exc.filename})") from None
         for name in ("flows", "timeseries", "cwnd", "ping", "events"):
-            p = root / "metrics" / f"{name}.parquet"
-            if p.is_file():
-                ctx.tables[name] = pd.read_parquet(p)
-        spec = root / "spec.toml"
-        ctx.spec_text = spec.read_text(encoding="utf-8") if spec.is_file() else ""
+            p = safefiles.file_in(root, f"metrics/{name}.parquet", skipped)
+            if p is not None:
+                ctx.tables[name] = _read_parquet(p)
+        spec = safefiles.file_in(root, "spec.toml", skipped)
+        ctx.spec_text = safefiles.read_text(spec) if spec is not None else ""
+        ctx.warnings.extend(skipped)
         return ctx
-    summary = root / "summary.parquet"
-    if summary.is_file():
-        return ReportContext(root, "sweep", tables={"summary": pd.read_parquet(summary)})
+    summary = safefiles.file_in(root, "summary.parquet", skipped)
+    if summary is not None:
+        data = _read_parquet(summary)
+        return ReportContext(root, "sweep", tables={"summary": data}, warnings=skipped)
     raise ReportInputError(f"{root}: neither a run bundle (metadata.json, pcap/ or metrics/) "
-                           "nor a sweep (summary.parquet); pass the --out DIR of testbed run")
+                           "nor a sweep (summary.parquet); pass the --out DIR of testbed run"
+                           + (f" ({'; '.join(skipped)})" if skipped else ""))
 
 
 def render(ctx: ReportContext, sections: Sequence[Section]) -> str:
@@ -341,27 +454,48 @@ def render(ctx: ReportContext, sections: Sequence[Section]) -> str:
 
 
 def write_report(directory: str | Path, extra_sections: Sequence[Section] = (),
-                 paper: str | Path | None = None, out: str | Path | None = None) -> Path:
+                 paper: str | Path | None = None, out: str | Path | None = None,
+                 warnings: list[str] | None = None) -> Path:
     """Write ``report.html`` for a run bundle or a sweep directory; return its path.
 
     directory: run bundle or sweep DIR; extra_sections: more `Section` callables (placed
     before the warnings); paper: a paper.toml (default: DIR/paper.toml when present);
-    out: output file (default DIR/report.html).
+    out: output file (default DIR/report.html, figures also saved in DIR/figures/).  With
+    out, DIR is only read, never written: figures are embedded in the page and also saved
+    beside it in ``<out stem>-figures/``, and a run whose analysis has not been done is
+    refused (the analysis writes DIR/metrics/); warnings: gets a line for every file of
+    the folder that was skipped (a symbolic link is never followed).
     """
     root = Path(directory)
     if not root.is_dir():
         raise ReportInputError(f"{root}: no such directory; pass a run or sweep directory")
-    ctx = _context(root)
-    ctx.figure_dir = root / "figures"
-    pp = Path(paper) if paper else root / "paper.toml"
-    if paper and not pp.is_file():
-        raise ReportInputError(f"{pp}: no such paper values file")
-    if pp.is_file():
+    target = Path(out) if out else root / REPORT_NAME
+    ctx = _context(root, analyze=not out)
+    if out:
+        ctx.figure_dir = target.with_name(f"{target.stem}-figures")
+    else:
+        figures = safefiles.check(root, root / "figures", "dir")
+        if figures in (None, "missing"):
+            ctx.figure_dir = root / "figures"
+        else:
+            ctx.warnings.append(f"figures not saved: {root / 'figures'} is {figures}")
+    if paper:
+        pp = Path(paper)
+        if not pp.is_file():
+            raise ReportInputError(f"{pp}: no such paper values file")
         ctx.paper = load_paper(pp)
+    elif safefiles.file_in(root, "paper.toml", ctx.warnings) is not None:
+        ctx.paper = load_paper(root / "paper.toml")
     base = RUN_SECTIONS if ctx.kind == "run" else SWEEP_SECTIONS
     sections = [s for s in base if s is not warnings_section] + list(extra_sections) + \
         [warnings_section]
     page = render(ctx, sections)
-    target = Path(out) if out else root / REPORT_NAME
-    write_atomic(target, lambda p: p.write_text(page, encoding="utf-8"))
+    if warnings is not None:
+        warnings.extend(w for w in ctx.warnings if w.startswith(("skipped ", "figures not")))
+    try:
+        write_atomic(target, lambda p: p.write_text(page, encoding="utf-8"))
+    except OSError as exc:
+        hint = "choose another --out FILE" if out else "pass --out FILE"
+        raise ReportInputError(f"{target}: cannot write the report ({exc.strerror}); "
+                               f"{hint}") from None
     return target

@@ -15,17 +15,15 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis import columns as C
 from testbed.errors import InputError
 
-CWND_COLUMNS = {"t": "float64", "host": "object", "src_addr": "object", "sport": "Int64",
-                "dst_addr": "object", "dport": "Int64", "protocol": "object",
-                "mptcp_token": "object", "cc": "object", "cwnd": "Float64",
-                "ssthresh": "Float64", "srtt_ms": "Float64", "rttvar_ms": "Float64",
-                "delivery_rate_bps": "Float64", "bytes_acked": "Float64", "retrans": "Float64"}
-PING_COLUMNS = {"t": "float64", "src": "object", "dst": "object", "path": "object",
-                "seq": "Int64", "rtt_ms": "Float64", "lost": "bool"}
-EVENT_COLUMNS = {"t_planned": "float64", "t_applied": "float64", "link": "object",
-                 "changes": "object", "error": "object"}
+# the columns of the metrics tables these files become are declared in analysis.columns
+# (t_rel is added by the analysis)
+CWND_COLUMNS = C.pandas_dtypes("cwnd", exclude=("t_rel",))
+PING_COLUMNS = C.pandas_dtypes("ping", exclude=("t_rel",))
+EVENT_COLUMNS = C.pandas_dtypes("events", exclude=("t_rel",))
+# samples/flows.jsonl as the analysis reads it (joined into flows as workload, app_fct_s)
 APPFLOW_COLUMNS = {"flow_id": "object", "workload": "object", "src": "object", "dst": "object",
                    "src_addr": "object", "dst_addr": "object", "sport": "Int64",
                    "dport": "Int64", "protocol": "object", "size_bytes": "Float64",

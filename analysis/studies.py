@@ -24,6 +24,7 @@ Which number answers which claim (see each study's README):
 from __future__ import annotations
 
 import html
+import io
 import json
 import math
 from collections.abc import Callable
@@ -32,6 +33,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from testbed import safefiles
 from testbed.compat import tomllib
 from testbed.errors import InputError
 from testbed.results import atomic_write_text
@@ -81,10 +83,15 @@ def _complete_runs(spec_out: Path) -> list[Path]:
     runs = []
     if not spec_out.is_dir():
         return runs
-    for meta_file in sorted(spec_out.glob("*/metadata.json")):
+    for run in sorted(spec_out.iterdir()):
+        meta_file = safefiles.file_in(spec_out, f"{run.name}/metadata.json")
+        if meta_file is None:  # absent, or a symbolic link: never followed
+            continue
         try:
-            meta = json.loads(meta_file.read_text())
-        except (OSError, ValueError):
+            meta = json.loads(safefiles.read_text(meta_file))
+        except (OSError, ValueError, RecursionError, InputError):
+            continue
+        if not isinstance(meta, dict):
             continue
         if meta.get("status") == "complete":
             runs.append(meta_file.parent)
@@ -92,9 +99,10 @@ def _complete_runs(spec_out: Path) -> list[Path]:
 
 
 def _params(run: Path) -> dict:
-    meta = json.loads((run / "metadata.json").read_text())
+    meta = json.loads(safefiles.read_text(run / "metadata.json"))  # checked by _complete_runs
+    params = meta.get("params")
     out = {}
-    for k, v in (meta.get("params") or {}).items():
+    for k, v in (params.items() if isinstance(params, dict) else ()):
         out[k] = json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v
     return out
 
@@ -106,10 +114,10 @@ def run_table(spec_out: Path, name: str) -> pd.DataFrame:
     """
     parts = []
     for run in _complete_runs(spec_out):
-        f = run / "metrics" / f"{name}.parquet"
-        if not f.exists():
+        f = safefiles.file_in(run, f"metrics/{name}.parquet")
+        if f is None:
             continue
-        df = pd.read_parquet(f)
+        df = pd.read_parquet(io.BytesIO(safefiles.read_bytes(f)))
         df = df.assign(run_id=run.name, **{f"param:{k}": v for k, v in _params(run).items()})
         parts.append(df)
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
@@ -195,7 +203,8 @@ def _resolved_spec(spec_out: Path) -> dict | None:
     runs = _complete_runs(spec_out)
     if not runs:
         return None
-    return tomllib.loads((runs[0] / "spec.toml").read_text())
+    spec = safefiles.file_in(runs[0], "spec.toml")
+    return tomllib.loads(safefiles.read_text(spec)) if spec is not None else None
 
 
 # ---------------------------------------------------------------------------------------
@@ -346,11 +355,19 @@ def p1(paper: dict, out: Path, res: StudyResult) -> None:
         for policy, g in flows.groupby(key):
             short = g[g["workload"] == "short"]
             long_ = g[g["workload"] == "long"]
+            ooo = _num(short["ooo_ratio"]) if "ooo_ratio" in short else pd.Series(dtype=float)
             by[str(policy)] = {
                 "short_fct_ms": float(_num(short["fct_s"]).mean() * 1e3),
                 "long_mbit": float(_num(long_["throughput_bps"]).mean() / 1e6),
-                "short_ooo_pct": float(100 * _num(short["reordered_packets"]).sum()
-                                       / max(_num(short["data_packets"]).sum(), 1)),
+                # the paper's: share of each short flow's packets that arrive after a
+                # packet sent later (sender's and receiver's captures; retransmissions
+                # are not reorderings), averaged over short flows
+                "short_ooo_pct": float(100 * ooo.mean()) if ooo.notna().any()
+                else float("nan"),
+                # RFC 4737 reordered-packet ratio at the receiver alone (counts a fast
+                # retransmission with the same ms timestamp as reordered)
+                "short_rfc4737_pct": float(100 * _num(short["reordered_packets"]).sum()
+                                           / max(_num(short["data_packets"]).sum(), 1)),
             }
         paper_ooo = None
         for fig in (paper.get("figures") or {}).values():
@@ -369,17 +386,26 @@ def p1(paper: dict, out: Path, res: StudyResult) -> None:
                                               None, m["long_mbit"], "Mbit/s"))
             res.comparisons.append(Comparison(
                 spec_name, f"short-flow packets out of order, {policy}",
-                paper_ooo if policy == "spray" else None, m["short_ooo_pct"], "%"))
+                paper_ooo if policy == "spray" else None,
+                None if math.isnan(m["short_ooo_pct"]) else m["short_ooo_pct"], "%"))
+            res.comparisons.append(Comparison(
+                spec_name, f"short-flow reordered packets (RFC 4737, receiver only), "
+                f"{policy}", None, m["short_rfc4737_pct"], "%"))
         if "spray" in by and "single-path" in by:
             s, p = by["spray"], by["single-path"]
             res.claims.append(Claim(
                 spec_name, "spraying's short-flow FCT is not worse than single-path's "
                 "(within 10 %)", s["short_fct_ms"] <= 1.1 * p["short_fct_ms"],
                 _fmt_claim({"spray_ms": s["short_fct_ms"], "single_path_ms": p["short_fct_ms"]})))
-            res.claims.append(Claim(spec_name, "spraying delivers some short-flow packets "
-                                    "out of order", s["short_ooo_pct"] > 0,
-                                    _fmt_claim({"spray_ooo_pct": s["short_ooo_pct"],
-                                                "single_path_ooo_pct": p["short_ooo_pct"]})))
+            known = not (math.isnan(s["short_ooo_pct"]) or math.isnan(p["short_ooo_pct"]))
+            res.claims.append(Claim(
+                spec_name, "spraying delivers some short-flow packets out of order, "
+                "single-path forwarding (almost) none: spray's share is at least 10x "
+                "single-path's, which is at most 0.1 %",
+                bool(s["short_ooo_pct"] > 0 and p["short_ooo_pct"] <= 0.1
+                     and s["short_ooo_pct"] >= 10 * p["short_ooo_pct"]) if known else None,
+                _fmt_claim({"spray_ooo_pct": s["short_ooo_pct"],
+                            "single_path_ooo_pct": p["short_ooo_pct"]})))
 
 
 def p2(paper: dict, out: Path, res: StudyResult) -> None:
@@ -560,18 +586,23 @@ def render(res: StudyResult, paper: dict, out: Path) -> str:
         f"<li><b>{e(f.get('source', k))}</b> — {e(f.get('title', ''))}<br>"
         f"<i>{e(str(f.get('claim', '')).strip())}</i></li>"
         for k, f in (paper.get("figures") or {}).items())
-    links = "".join(f'<li><a href="{e(p.name)}/report.html">{e(p.name)}</a></li>'
+    links = "".join(f'<li><a href="{e(href)}">{e(p.name)}</a></li>'
                     for p in sorted(out.iterdir())
-                    if p.is_dir() and (p / "report.html").exists())
+                    if safefiles.file_in(out, f"{p.name}/report.html") is not None
+                    and (href := safefiles.safe_href(f"{p.name}/report.html")) is not None)
     missing = (f"<p class=bad>No complete runs for: {e(', '.join(res.missing))}</p>"
                if res.missing else "")
     setup = e(str((paper.get("paper") or {}).get("setup", "")))
+    banner = _fidelity_banner(out)
     return f"""<!doctype html><html><head><meta charset="utf-8">
 <title>{e(res.study)}: {e(res.title)}</title>
 <style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}
 table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px}}
-.ok{{background:#dfd}}.bad{{background:#fdd}}.na{{background:#eee}}</style></head><body>
-<h1>{e(res.study)}: {e(res.title)}</h1>
+.ok{{background:#dfd}}.bad{{background:#fdd}}.na{{background:#eee}}
+.fid{{padding:8px 12px;border-radius:4px;margin:1em 0;border:1px solid}}
+.fid-ok{{background:#eaf6ea;border-color:#7b7}}.fid-warn,.fid-unknown{{background:#fff6e0;
+border-color:#d90}}.fid-fail{{background:#fde8e8;border-color:#c44}}</style></head><body>
+<h1>{e(res.study)}: {e(res.title)}</h1>{banner}
 <p>{setup}</p>{missing}
 <h2>The paper's claims, on our runs</h2>
 <table><tr><th>figure</th><th>claim</th><th>ours</th><th>measured</th></tr>{rows}</table>
@@ -581,6 +612,26 @@ table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px}}
 <h2>The paper's figures</h2><ul>{figs}</ul>
 <h2>Per-spec reports</h2><ul>{links}</ul>
 </body></html>"""
+
+
+def _fidelity_banner(out: Path) -> str:
+    """The fidelity verdicts of every run of the study (each spec's summary.parquet)."""
+    from analysis.report import fidelity_banner
+
+    verdicts = []
+    for summary in sorted(out.glob("*/summary.parquet")):
+        try:
+            s = pd.read_parquet(summary)
+        except (OSError, ValueError):
+            continue
+        for _, r in s.iterrows():
+            v = r.get("fidelity")
+            reasons = r.get("fidelity_reasons")
+            verdicts.append((f"{summary.parent.name}/{r.get('run_id')}",
+                             v if isinstance(v, str) else "unknown",
+                             reasons.split("; ") if isinstance(reasons, str) and reasons
+                             else []))
+    return fidelity_banner(verdicts)
 
 
 def write_study_report(study: Path, out: Path) -> Path:

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from controllers import APPS, app_module, canonical_app, layout_for
+from controllers.hubfix import use_own_task_exit
 from testbed.errors import InputError
 
 LISTEN_HOST = "127.0.0.1"
@@ -63,6 +64,8 @@ def run(module: str, port: int, context: object) -> None:
     from os_ken.base.app_manager import AppManager
     from os_ken.lib import hub
 
+    # without this, one exception in a handler silently ends the app's event thread
+    use_own_task_exit(hub)
     cfg.CONF(args=["--ofp-tcp-listen-port", str(port), "--ofp-listen-host", LISTEN_HOST],
              project="os_ken")
     mgr = AppManager.get_instance()

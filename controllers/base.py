@@ -91,19 +91,23 @@ class FabricApp(app_manager.OSKenApp):
         rules are re-sent without the wipe, so traffic keeps flowing.
         """
         dp = ev.msg.datapath
-        sw = self.switches.get(dp.id)
+        # The DPID comes from the message, not from ``dp.id``: os-ken's receive thread
+        # queues this event before its own handler sets ``dp.id``, and with the native hub
+        # this thread may run first and see None (see docs/controllers.md).
+        dpid = ev.msg.datapath_id
+        sw = self.switches.get(dpid)
         if sw is None:
-            self.report("error", dp.id, detail=f"DPID {dp.id:016x} is not in the layout")
+            self.report("error", dpid, detail=f"DPID {dpid:016x} is not in the layout")
             return
-        refresh = dp.id in self.programmed
+        refresh = dpid in self.programmed
         msgs = rule_messages(dp, self.policy(self.fabric.routes, sw.name), refresh=refresh)
         for msg in msgs:
             dp.send_msg(msg)
         barrier = dp.ofproto_parser.OFPBarrierRequest(dp)
         dp.send_msg(barrier)
-        self.programmed.add(dp.id)
-        self.pending[dp.id] = (barrier.xid, len(msgs))
-        self.report("programming", dp.id, messages=len(msgs), refresh=refresh)
+        self.programmed.add(dpid)
+        self.pending[dpid] = (barrier.xid, len(msgs))
+        self.report("programming", dpid, messages=len(msgs), refresh=refresh)
 
     @set_ev_cls(ofp_event.EventOFPPortDescStatsReply, [CONFIG_DISPATCHER, MAIN_DISPATCHER])
     def on_port_desc(self, ev: Any) -> None:

@@ -228,13 +228,14 @@ class ControllerProcess:
         Returns {dpid: time ready}.  Raises `RunError` if the controller dies, a switch
         rejects a rule, or time runs out.
 
-        Under software emulation the os-ken process has been seen to stop handling new
+        Under software emulation the os-ken process was seen to stop handling new
         switches after a few (OVS reports the connections up, the app never sees their
-        features reply, no error).  When no switch has been programmed for ``stall_s``
-        while some are missing, the controller's thread stacks go to its log and the
-        process is restarted on the same port (at most ``max_restarts`` times, each
-        recorded in ``restarts`` and `describe`); the switches reconnect within a second
-        and the new process programs all of them.
+        features reply, no error); the cause is fixed (docs/controllers.md, "Why the
+        controller once stalled"), and this stays as a safety net: when no switch has
+        been programmed for ``stall_s`` while some are missing, the controller's thread
+        stacks go to its log and the process is restarted on the same port (at most
+        ``max_restarts`` times, each recorded in ``restarts`` and `describe`); the
+        switches reconnect within a second and the new process programs all of them.
         """
         names = {sw.dpid: sw.name for sw in self.routes.layout.switches}
         unknown = [d for d in switch_dpids if d not in names]

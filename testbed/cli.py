@@ -13,8 +13,10 @@ from typing import Annotated, TypeVar
 
 import typer
 
-from testbed import __version__
-from testbed.errors import TestbedError
+from testbed import __version__, helptext
+from testbed.errors import TestbedError, error_lines
+
+helptext.install()  # flags without placeholders, one metavar style (see testbed.helptext)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Multipath Testbed: emulate multipath and data-center networks "
@@ -29,7 +31,8 @@ def guarded(fn: Callable[[], T]) -> T:
     try:
         return fn()
     except TestbedError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        for line in error_lines(exc):
+            typer.echo(line, err=True)
         raise typer.Exit(exc.exit_code) from None
 
 
@@ -56,13 +59,16 @@ def doctor(as_json: Annotated[bool, typer.Option("--json", help="Machine-readabl
     raise typer.Exit(code)
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+             options_metavar="[OPTIONS] -- CMD...")
 def vm(ctx: typer.Context,
-       kernel: Annotated[Path | None, typer.Option(help="Kernel image to boot "
+       kernel: Annotated[Path | None, typer.Option(metavar="FILE", help="Kernel image to boot "
                                                   "(default: newest /boot/vmlinuz-*).")] = None,
-       memory: Annotated[str, typer.Option(help="VM memory, e.g. 2G.")] = "2G",
-       cpus: Annotated[int, typer.Option(help="VM CPUs.")] = 2,
-       kvm: Annotated[str, typer.Option(help="auto | on | off")] = "auto") -> None:
+       memory: Annotated[str, typer.Option(metavar="SIZE", help="VM memory, e.g. 2G.")] = "2G",
+       cpus: Annotated[int, typer.Option(metavar="N", help="VM CPUs.")] = 2,
+       kvm: Annotated[str, typer.Option(
+           metavar="auto|on|off", help="Use KVM: auto (when a probe boot works), on, off.")
+       ] = "auto") -> None:
     """Run a command inside a VM booting the distribution kernel: testbed vm -- CMD ..."""
     from testbed import vm as vmmod
 
@@ -78,12 +84,16 @@ __import__("analysis.cli", fromlist=["register"]).register(app)  # analyze / rep
 
 @app.command()
 def study(directories: Annotated[list[Path], typer.Argument(
+              metavar="STUDY",
               help="Study folders, e.g. experiments/p0_wifi_3g (several: one VM boot).")],
-          variant: Annotated[str, typer.Option(help="quick | full")] = "quick",
+          variant: Annotated[str, typer.Option(metavar="quick|full",
+                                                help="Which specs of the study to run.")] = "quick",
           out: Annotated[Path | None, typer.Option(
-              "--out", "-o", help="Output folder (default results/<study>-<variant>); with "
-              "several studies, the folder that gets one <study>-<variant> each.")] = None,
+              "--out", "-o", metavar="DIR",
+              help="Output folder (default results/<study>-<variant>); with several studies, "
+                   "the folder that gets one <study>-<variant> each.")] = None,
           only: Annotated[list[str] | None, typer.Option(
+              metavar="SPEC_NAME",
               help="Run only this spec (file stem); repeatable; one study only.")] = None,
           fail_fast: Annotated[bool, typer.Option("--fail-fast",
                                                   help="Stop at the first failed run.")] = False,
@@ -98,6 +108,13 @@ def study(directories: Annotated[list[Path], typer.Argument(
               "--fresh-networks", help="Build a network for every run (default: "
               "consecutive TCP runs on the same topology without a schedule share one).")
           ] = False,
+          set_: Annotated[list[str] | None, typer.Option(
+              "--set", "-s", metavar="KEY=VALUE",
+              help="Override a key in every spec of the study, e.g. --set "
+                   "transport.cc=reno (repeatable), as `testbed run` does.")] = None,
+          dry_run: Annotated[bool, typer.Option(
+              "--dry-run", help="Print each spec's runs and its first run's commands; "
+                                "run nothing.")] = False,
           defer_analysis: Annotated[bool, typer.Option(
               "--defer-analysis", hidden=True, help="Leave each run's analysis to a later "
               "--report-only (what the host does for runs inside the VM).")] = False,
@@ -115,16 +132,28 @@ def study(directories: Annotated[list[Path], typer.Argument(
             path = guarded(lambda d=d, target=target: st.write_study_report(d, target))
             typer.echo(f"report: {path}")
         raise typer.Exit(0)
+    overrides = list(set_ or [])
     for d in directories:
         guarded(lambda d=d: st.study_specs(d, variant))
+    if dry_run:
+        from testbed.runcli import print_dry_run
+
+        for d, target in zip(directories, targets, strict=True):
+            for spec, plans in guarded(lambda d=d: st.plan_study(d, variant, only,
+                                                                 overrides)).items():
+                typer.echo(f"\n== {d.name} ({variant}): {spec.stem}")
+                guarded(lambda plans=plans, spec=spec, target=target: print_dry_run(
+                    plans, target / spec.stem))
+        raise typer.Exit(0)
     if not no_vm and not guarded(st.native_ok):
         typer.echo("this machine cannot run experiments natively (see `testbed doctor`); "
                    "running the studies inside `testbed vm`, then writing the reports here",
                    err=True)
         from testbed import vm as vmmod
 
-        argv = st.in_vm_argv(directories, variant, out, only, fail_fast, fresh_networks)
-        rc = guarded(lambda: vmmod.run_in_vm(argv, memory="3G"))
+        argv = st.in_vm_argv(directories, variant, out, only, fail_fast, fresh_networks,
+                             overrides)
+        rc = guarded(lambda: vmmod.run_in_vm(argv, memory="3G", outputs=targets))
         for d, target in zip(directories, targets, strict=True):
             if target.is_dir():
                 bad = guarded(lambda target=target: st.finish_analysis(target))
@@ -139,7 +168,8 @@ def study(directories: Annotated[list[Path], typer.Argument(
         try:
             outcome = guarded(lambda d=d, target=target: st.run_study(
                 d, variant, target, only, fail_fast, reports=not no_report,
-                fresh_networks=fresh_networks, analyze=not defer_analysis))
+                fresh_networks=fresh_networks, analyze=not defer_analysis,
+                overrides=overrides))
         except KeyboardInterrupt:
             typer.echo(f"interrupted: finished runs are kept in {target}; run the same "
                        "command again to resume", err=True)

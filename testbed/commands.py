@@ -70,6 +70,8 @@ class TranscriptEntry:
     duration: float
     kind: str = "run"  # run | spawn | stop | dry-run | batch (a `BatchShell` started)
     stderr_tail: str = ""
+    input: str | None = None  # what was fed to stdin (``nft -f -``, ``tc -batch -``)
+    at: float | None = None  # planned time on the run's clock (s), for scheduled commands
 
 
 @dataclass
@@ -88,21 +90,49 @@ class Transcript:
             return "".join(json.dumps(asdict(e)) + "\n" for e in self.entries)
 
     def as_shell(self) -> str:
-        """The transcript as a replayable shell script (one command a line)."""
-        import shlex
+        """The transcript as a replayable shell script, in order.
 
+        One command a line; a command fed on stdin (``nft -f -``, ``tc -force -batch -``)
+        is followed by its input as a here-document; commands planned for a time on the
+        run's clock (a link schedule) come under a ``# at t = 12s`` line.  Commands inside
+        a Mininet host are commented out with ``# in <host>:`` (its namespace exists only
+        while the run does).
+        """
         lines = ["#!/bin/sh", "# commands run by the testbed, in order"]
+        at: float | None = None
         with self._lock:
             for e in self.entries:
                 if e.kind in ("stop", "batch"):  # a batch shell's commands are listed one by one
                     continue
-                prefix = "" if e.where == "root" else f"# in {e.where}: "
-                suffix = " &" if e.kind == "spawn" else ""
-                lines.append(prefix + shlex.join(e.argv) + suffix)
+                if e.at is not None and e.at != at:
+                    lines.append(f"# at t = {e.at:g}s on the run's clock (after its start):")
+                at = e.at if e.at is not None else at
+                lines.extend(shell_lines(e))
         return "\n".join(lines) + "\n"
 
     def write(self, path: Path) -> None:
         path.write_text(self.to_jsonl())
+
+
+def shell_lines(entry: TranscriptEntry) -> list[str]:
+    """One transcript entry as shell lines: the command, and its stdin as a here-document.
+
+    Commands in a host's namespace are commented out (``# in client: ...``), their input
+    lines too, so that the script stays valid.
+    """
+    import shlex
+
+    comment = "" if entry.where == "root" else "# "
+    prefix = "" if entry.where == "root" else f"# in {entry.where}: "
+    suffix = " &" if entry.kind == "spawn" else ""
+    if entry.input is None:
+        return [prefix + shlex.join(entry.argv) + suffix]
+    body = entry.input.splitlines()
+    tag = "EOF"
+    while tag in body:
+        tag += "_"
+    return [f"{prefix}{shlex.join(entry.argv)} <<'{tag}'{suffix}",
+            *(comment + line for line in body), comment + tag]
 
 
 def in_namespace(argv: Sequence[str], host: Namespaced | None) -> list[str]:
@@ -363,18 +393,22 @@ class CommandRunner:
     # -- foreground ---------------------------------------------------------------------
     def run(self, argv: Sequence[str], *, host: Namespaced | None = None,
             timeout: float | None = None, check: bool = True, input: str | None = None,
-            env: dict[str, str] | None = None, record: bool = True) -> Result:
+            env: dict[str, str] | None = None, record: bool = True,
+            at: float | None = None) -> Result:
         """Run argv to completion and return its `Result`.
 
         host: run inside this Mininet node's namespaces; timeout: seconds (default 60);
-        check: raise `CommandError` on a non-zero exit; input: text fed to stdin;
-        record: add the command to the transcript (off for polling loops).
+        check: raise `CommandError` on a non-zero exit; input: text fed to stdin (kept in
+        the transcript); record: add the command to the transcript (off for polling
+        loops); at: the time on the run's clock the command is planned for (a schedule's
+        commands; shown in the transcript and the dry-run script).
         """
         full = in_namespace(argv, host)
         where = host.name if host is not None else "root"
         t0 = time.time()
         if self.dry_run:
-            self.transcript.add(TranscriptEntry(t0, full, where, None, 0.0, kind="dry-run"))
+            self.transcript.add(TranscriptEntry(t0, full, where, None, 0.0, kind="dry-run",
+                                                input=input, at=at))
             return Result(full, 0, "", "", 0.0)
         tmo = self.default_timeout if timeout is None else timeout
         try:
@@ -388,13 +422,15 @@ class CommandRunner:
             err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else ""
             if record:
                 self.transcript.add(TranscriptEntry(t0, full, where, None, time.time() - t0,
-                                                    stderr_tail=err[-STDERR_TAIL:]))
+                                                    stderr_tail=err[-STDERR_TAIL:],
+                                                    input=input, at=at))
             raise CommandTimeout(full, tmo, err[-STDERR_TAIL:], where) from exc
         dur = time.time() - t0
         if record:
             self.transcript.add(TranscriptEntry(t0, full, where, cp.returncode, dur,
                                                 stderr_tail=cp.stderr[-STDERR_TAIL:]
-                                                if cp.returncode else ""))
+                                                if cp.returncode else "",
+                                                input=input, at=at))
         if check and cp.returncode != 0:
             raise CommandError(full, cp.returncode, cp.stderr[-STDERR_TAIL:], where)
         return Result(full, cp.returncode, cp.stdout, cp.stderr, dur)

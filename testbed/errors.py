@@ -15,7 +15,9 @@
     └── RunError                      a run failed at runtime (controller died, network down, ...)
 
 `InputError` and `MissingFeatureError` are "the user can fix this" errors: the CLI
-prints ``error: <message>`` and exits with code 2, never a traceback.
+prints ``error: <message>`` and exits with code 2, never a traceback. A message may hold
+several problems, one per line (a spec with three mistakes); each line is printed as
+``error: <line>`` (`error_lines`).
 """
 
 from __future__ import annotations
@@ -87,3 +89,9 @@ class CommandTimeout(CommandError):
         super().__init__(argv, -9, stderr, where)
         self.timeout = timeout
         self.args = (f"command timed out after {timeout:g}s: {' '.join(self.argv)}",)
+
+
+def error_lines(exc: BaseException) -> list[str]:
+    """``error: <line>`` for each line of exc's message (one problem per line)."""
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return [f"error: {line}" for line in lines or [type(exc).__name__]]

@@ -23,7 +23,8 @@ from typing import Any
 from mininet.link import Intf
 from mininet.node import Host, OVSSwitch
 
-from testbed.errors import RunError
+from testbed.commands import CommandRunner
+from testbed.errors import CommandTimeout, RunError, TestbedError
 
 _TOKEN = re.compile(r"[A-Za-z0-9_.:/@-]+")
 
@@ -51,6 +52,36 @@ def split_ip(ipstr: str, prefix_len: int | None = None) -> tuple[str, int]:
     if prefix_len is None:
         raise RunError(f"no prefix length for address {ipstr}")
     return ipstr, int(prefix_len)
+
+
+NODE_CMD_TIMEOUT_S = 300.0  # a node's shell command (ip batch, ovs-vsctl) that hangs longer
+
+
+class BoundedCmd:
+    """Mixin for Mininet nodes: a command sent to the node's shell (``node.cmd``) that
+    has not finished within `cmd_timeout_s` is interrupted (Ctrl-C to the shell) and
+    raises `RunError`, instead of Mininet's wait without end."""
+
+    cmd_timeout_s = NODE_CMD_TIMEOUT_S
+    WAIT_AFTER_INTERRUPT_S = 5.0
+
+    def waitOutput(self, verbose: bool = False, findPid: bool = True) -> str:
+        """Mininet's wait for the shell's sentinel, with a deadline."""
+        node: Any = self
+        deadline = time.monotonic() + self.cmd_timeout_s
+        output = ""
+        while node.waiting:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                node.sendInt()
+                end = time.monotonic() + self.WAIT_AFTER_INTERRUPT_S
+                while node.waiting and time.monotonic() < end:
+                    node.monitor(timeoutms=200, findPid=findPid)
+                node.waiting = False
+                raise RunError(f"{node.name}: a command did not finish within "
+                               f"{self.cmd_timeout_s:g}s and was interrupted")
+            output += node.monitor(timeoutms=int(min(left, 1.0) * 1000) + 1, findPid=findPid)
+        return output
 
 
 class QuickIntf(Intf):
@@ -135,7 +166,7 @@ class QuickIntf(Intf):
         self.link = None
 
 
-class QuickHost(Host):
+class QuickHost(BoundedCmd, Host):
     """A Mininet `Host` whose default-interface and loopback set-up is one ``ip`` batch."""
 
     def config(self, mac: str | None = None, ip: str | None = None,
@@ -167,6 +198,41 @@ def with_inactivity_probe(vsctl_args: str, probe_ms: int) -> str:
 
 VSCTL_TRIES = 3
 VSCTL_RETRY_S = 2.0
+# one transaction for the fat-tree's 20 bridges takes ~120 s under software emulation
+VSCTL_BATCH_TIMEOUT_S = 600.0
+_VSCTL_WORD = re.compile(r'[A-Za-z0-9_.:/@=,\[\]{}"+-]+')
+
+
+def vsctl_argv(line: str) -> list[str]:
+    """The words of Mininet's ``ovs-vsctl`` argument string, split as a shell would (pure).
+
+    Mininet writes its ovs-vsctl arguments for a shell (``target=\\"tcp:...\\"``); they
+    are split here and run as an argument list, never through a shell.  A word other than
+    names, record fields and values (``-- add-br s1``, ``target="tcp:127.0.0.1:6653"``,
+    ``other_config:datapath-id=...``) raises ValueError.
+    """
+    words = shlex.split(line)
+    for word in words:
+        if not _VSCTL_WORD.fullmatch(word):
+            raise ValueError(f"not a plain ovs-vsctl word: {word!r}")
+    return words
+
+
+def run_vsctl(argv: list[str]) -> tuple[str, str, int]:
+    """Run one ``ovs-vsctl`` argument list through the command gate, bounded by
+    `VSCTL_BATCH_TIMEOUT_S`; returns (stdout, stderr, exit code) as Mininet's ``errRun``."""
+    res = CommandRunner().run(argv, timeout=VSCTL_BATCH_TIMEOUT_S, check=False)
+    return res.stdout, res.stderr, res.returncode
+
+
+def run_split(cmd: str) -> tuple[str, str, int]:
+    """Mininet's ``errRun`` for a command string (split on spaces, no shell), through the
+    command gate and bounded by `VSCTL_BATCH_TIMEOUT_S`; a failure to run is returned as
+    a non-zero exit (this serves shut-downs, which must go on)."""
+    try:
+        return run_vsctl([w for w in cmd.split(" ") if w])
+    except TestbedError as exc:
+        return "", str(exc), 1
 
 
 def is_vsctl_error(output: str) -> bool:
@@ -175,7 +241,7 @@ def is_vsctl_error(output: str) -> bool:
     return any(line.startswith("ovs-vsctl:") for line in output.splitlines())
 
 
-class ProbedOVSSwitch(OVSSwitch):
+class ProbedOVSSwitch(BoundedCmd, OVSSwitch):
     """An `OVSSwitch` whose controller connections carry an inactivity probe from the start.
 
     OVS drops a controller connection when an echo request goes unanswered for twice the
@@ -220,6 +286,12 @@ class ProbedOVSSwitch(OVSSwitch):
                        f"({VSCTL_TRIES} tries): {out[-300:]}")
 
     @classmethod
+    def batchShutdown(cls, switches: Any, run: Any = None) -> Any:
+        """Mininet's batch shut-down (``ovs-vsctl del-br ...``, ``kill -HUP``), its commands
+        run as argument lists with a timeout instead of waiting without end."""
+        return super().batchShutdown(switches, run=run or run_split)
+
+    @classmethod
     def batchStartup(cls, switches: Any, run: Any = None) -> Any:
         """Every queued switch (``batch=True``) created in one ``ovs-vsctl`` transaction.
 
@@ -230,15 +302,47 @@ class ProbedOVSSwitch(OVSSwitch):
         (`VSCTL_TRIES`) before `RunError` names the bridges and the error.  Switches
         started one by one (``batch=False``) have nothing queued and are left alone.
         """
-        from mininet.util import errRun
-
-        run = run or errRun
+        run = run or run_vsctl
         queued = [s for s in switches if s.commands]
         lines = [c.strip() for s in queued for c in s.commands]
         for s in queued:
             s.commands, s.batch = [], False
         if not lines:
             return switches
+        try:
+            words = [vsctl_argv(line) for line in lines]
+        except ValueError as exc:
+            raise RunError(f"refusing to create bridges "
+                           f"{', '.join(s.name for s in queued)}: {exc}") from None
+        chunks: list[list[str]] = []
+        size = 0
+        for line_words in words:  # Mininet's limit on one command line
+            length = sum(len(w) + 1 for w in line_words)
+            if chunks and size + length < cls.argmax:
+                chunks[-1].extend(line_words)
+                size += length
+            else:
+                chunks.append(["ovs-vsctl", *line_words])
+                size = len("ovs-vsctl") + length
+        for chunk in chunks:
+            err = ""
+            for attempt in range(VSCTL_TRIES):
+                if attempt:
+                    time.sleep(VSCTL_RETRY_S)
+                try:
+                    out, err, code = run(chunk)
+                except CommandTimeout as exc:
+                    raise RunError(f"ovs-vsctl did not create bridges "
+                                   f"{', '.join(s.name for s in queued)} within "
+                                   f"{exc.timeout:g}s") from None
+                err = (err or out or "").strip() if code else ""
+                if not code:
+                    break
+            else:
+                names = ", ".join(s.name for s in queued)
+                raise RunError(f"ovs-vsctl could not create bridges {names} "
+                               f"({VSCTL_TRIES} tries): {err[-300:]}")
+        return switches
         chunks: list[str] = []
         for line in lines:  # Mininet's limit on one command line
             if chunks and len(chunks[-1]) + len(line) + 1 < cls.argmax:

@@ -12,7 +12,9 @@ Start-up, in order: refuse names that already exist (so Mininet's "delete before
 create" can never touch someone else's bridge or interface); build hosts, switches and
 veths; ``controller.start()`` and ``controller.pre_switch_start(net)``; start the
 switches; ``controller.wait_ready(dpids, timeout)`` and ``post_switch_start(net)``;
-turn segmentation offloads off on host interfaces (so every skb is one packet); build
+turn segmentation offloads off on host interfaces (so every skb is one packet); set
+receive packet steering on every interface (`testbed.steering`: no reordering made by
+the emulator); build
 each shaped interface's qdisc tree once (`testbed.shaping`); run the topology's
 ``setup_commands()`` (routing) if it has them.
 
@@ -59,6 +61,7 @@ from testbed import shaping as sh
 from testbed.cleanup import (
     MANIFEST,
     Manifest,
+    deferred_interrupt,
     keep_ovs_state,
     kill_pids,
     netns_inode,
@@ -185,6 +188,42 @@ def link_groups(topo: Any) -> dict[str, NamedLink]:
     return groups
 
 
+def base_rtt_s(topo: Any, src: str, dst: str, avoid: frozenset[str] = frozenset()
+               ) -> float | None:
+    """The configured round-trip delay between two nodes (pure): the configured one-way
+    delays of every shaped egress on a shortest path (fewest links) there and back,
+    without serialisation or queueing.  avoid: nodes the path must not cross (the other
+    paths' switches, for a flow pinned to one path).  None when no path exists."""
+    delay: dict[tuple[str, str], float] = {}
+    for n1, n2, _i1, _i2, info in planned_links(topo):
+        shape = sh.shape_from_mininet_params(info)
+        ends = info.get("shape_ends") or (n1, n2)
+        for a, b in ((n1, n2), (n2, n1)):
+            d = shape.delay_s if shape is not None and a in ends else 0.0
+            delay[(a, b)] = max(delay.get((a, b), 0.0), d)
+    adj: dict[str, list[str]] = {}
+    for a, b in delay:
+        adj.setdefault(a, []).append(b)
+    prev: dict[str, str | None] = {src: None}
+    frontier = [src]
+    while frontier and dst not in prev:
+        nxt = []
+        for u in frontier:
+            for v in sorted(adj.get(u, [])):
+                if v not in prev and v not in avoid:
+                    prev[v] = u
+                    nxt.append(v)
+        frontier = nxt
+    if dst not in prev:
+        return None
+    total, v = 0.0, dst
+    while prev[v] is not None:
+        u = prev[v]
+        total += delay[(u, v)] + delay[(v, u)]
+        v = u
+    return total
+
+
 def parse_nft_tables(text: str) -> set[tuple[str, str]]:
     """``nft list tables`` -> {(family, name)}."""
     out = set()
@@ -220,14 +259,21 @@ class Network:
     from the start); workdir: where ``network.json`` and tc batch files go;
     offloads: keep TSO/GSO/GRO on host interfaces (default off); ready_timeout: seconds
     to wait for the controller to see every switch; handle_signals: turn SIGINT/SIGTERM
-    into exceptions while the network runs (main thread only).
+    into exceptions while the network runs (main thread only); baseline_hosts: record
+    each host's transport state for `end_run` to restore; rps: receive packet steering
+    on every interface (default; without it the emulator reorders packets on more than
+    one CPU, see `testbed.steering`).
     """
 
     def __init__(self, topo: Any, runner: CommandRunner | None = None, controller: Any = None,
                  workdir: Path | None = None, offloads: bool = False,
                  ready_timeout: float = 300.0, handle_signals: bool = True,
-                 baseline_hosts: bool = False):
+                 baseline_hosts: bool = False, rps: bool = True):
         self.topo = topo
+        # rps: steer each flow's packets through one CPU (`_steer_flows`); off only to
+        # measure what the emulator does without it (benchmarks/fidelity.py)
+        self.rps = rps
+        self.rps_mask: str | None = None
         self.runner = runner or CommandRunner()
         self.controller = controller
         self.workdir = Path(workdir) if workdir is not None else None
@@ -385,6 +431,13 @@ class Network:
                     m.interfaces.append(intf.name)
         self._write_manifest()
 
+    def _record_controller(self, ctl: Any) -> None:
+        """Put the controller's process (pid, start time) into the manifest, so that a
+        clean-up after a SIGKILL of this process ends it too."""
+        self.manifest.record_process("controller", getattr(getattr(ctl, "proc", None),
+                                                           "pid", None))
+        self._write_manifest()
+
     def _write_manifest(self) -> None:
         if self.workdir is not None:
             self.workdir.mkdir(parents=True, exist_ok=True)
@@ -394,6 +447,7 @@ class Network:
         ctl = self.controller
         if ctl is not None:
             ctl.start()
+            self._record_controller(ctl)
             ctl.pre_switch_start(self)
         self.mn.start()
         self._check_bridges()
@@ -422,6 +476,8 @@ class Network:
                     if intf.name != "lo":
                         self.runner.run(sh.offload_command(intf.name), host=h)
             in_parallel(offloads_off, list(self.mn.hosts))
+        if self.rps:
+            self._steer_flows()
         per_node: dict[str, list[list[str]]] = {}
         for link in self.links.values():
             for eg in link.egress:
@@ -430,6 +486,44 @@ class Network:
         self._run_batches(per_node)
         if hasattr(self.topo, "setup_commands"):
             self._run_setup_commands(self.topo.setup_commands())
+
+    def namespace_interfaces(self) -> dict[str, list[str]]:
+        """The interfaces this network's links made, by the node whose namespace holds
+        them ("" for the root namespace: switch ports), in the topology's order."""
+        in_ns = {h.name for h in self.mn.hosts if h.inNamespace} if self.mn else set()
+        out: dict[str, list[str]] = {}
+        for n1, n2, i1, i2, _info in self._planned:
+            for node, intf in ((n1, i1), (n2, i2)):
+                out.setdefault(node if node in in_ns else "", []).append(intf)
+        return out
+
+    def monitor_links(self) -> list[Any]:
+        """The shaped link directions whose counters the root namespace can read
+        (`testbed.monitor.link_counters`)."""
+        from testbed.monitor import link_counters
+
+        in_ns = {h.name for h in self.mn.hosts if h.inNamespace} if self.mn else set()
+        peer: dict[str, str] = {}
+        where: dict[str, bool] = {}
+        for n1, n2, i1, i2, _info in self._planned:
+            peer[i1], peer[i2] = i2, i1
+            where[i1], where[i2] = n1 in in_ns, n2 in in_ns
+        return link_counters(self.links, peer, where)
+
+    def _steer_flows(self) -> None:
+        """Receive packet steering on every interface of this network (one program
+        start per namespace): each flow's packets go through one CPU's backlog, so the
+        emulator does not reorder them (`testbed.steering`, docs/fidelity.md)."""
+        from testbed.steering import cpu_mask, online_cpus, rps_command
+
+        mask = cpu_mask(online_cpus())
+        self.rps_mask = mask
+        groups = sorted(self.namespace_interfaces().items())
+
+        def steer(item: tuple[str, list[str]]) -> None:
+            node, intfs = item
+            self.runner.run(rps_command(intfs, mask), host=self.node(node) if node else None)
+        in_parallel(steer, groups)
 
     def _run_setup_commands(self, cmds: list[tuple[str, list[str]]]) -> None:
         """The topology's (host, argv) routing set-up with few program starts: a host's
@@ -699,8 +793,12 @@ class Network:
                 self._step("links", self._delete_links)
                 self._step("mininet", self.mn.stop)
             self._step("leftovers", self._remove_leftovers)
+            self._step("manifest", self.manifest.discard)
         finally:
             self._restore_signal_handlers()
+        deferred = deferred_interrupt(self.cleanup_report.get("signals_during_cleanup", []))
+        if deferred is not None:  # the clean-up finished; now the Ctrl-C / SIGTERM counts
+            raise deferred
 
     # -- one network, several runs -----------------------------------------------------
     def end_run(self) -> None:
@@ -783,6 +881,7 @@ class Network:
         self.controller = controller
         if controller is not None:
             controller.start()
+            self._record_controller(controller)
             controller.pre_switch_start(self)
             self._wait_programmed(controller)
 

@@ -86,6 +86,13 @@ class SweepProgress:
         else:
             self.console.print(line)
 
+    def note(self, text: str) -> None:
+        """A line under the current run (its fidelity verdict)."""
+        if self._bar is not None:
+            self._bar.console.print(escape(text))
+        else:
+            self.console.print(escape(text))
+
     def close(self) -> None:
         """Stop drawing."""
         if self._bar is not None:

@@ -23,6 +23,7 @@ import contextlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 import time
 import traceback
@@ -31,13 +32,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from testbed import safefiles
 from testbed.errors import InputError, MissingFeatureError, RunError, TestbedError
 
 RUNNING = "running"
 COMPLETE = "complete"
 FAILED = "failed"
 INTERRUPTED = "interrupted"
-STATUSES = (RUNNING, COMPLETE, FAILED, INTERRUPTED)
+STATUSES = (RUNNING, COMPLETE, FAILED, INTERRUPTED)  # what metadata.json may record
+# what Bundle.status() may also say of a bundle found in DIR (documented in docs/bundle.md):
+BROKEN = "broken"  # metadata.json is not valid, or a "complete" run lost or changed a file
+UNREADABLE = "unreadable"  # this user may not read the bundle (e.g. made with sudo)
+RUN_STATUSES = (*STATUSES, BROKEN, UNREADABLE)
 
 METRIC_TABLES = ("flows", "timeseries", "cwnd", "ping", "events")
 RUN_REQUIRED = ("spec.toml", "transcript.jsonl")
@@ -152,11 +158,38 @@ class Bundle:
 
     def read_metadata(self) -> dict[str, Any] | None:
         """metadata.json as a dict, or None when missing or unreadable."""
+        return self.load_metadata()[0]
+
+    def load_metadata(self) -> tuple[dict[str, Any] | None, str | None]:
+        """(metadata.json as a dict, None), or (None, why not): ``permission denied``,
+        ``no such file``, ``a symbolic link (not followed)``, ``not a regular file``,
+        ``not valid JSON`` ...
+
+        metadata.json is never followed when it is a symbolic link, nor opened when it is
+        a FIFO or device (`testbed.safefiles`).
+        """
+        why = safefiles.check(self.root, self.metadata_path)
+        if why == "missing":
+            return None, "no such file"
+        if why is not None and not why.startswith("unreadable"):
+            return None, why  # a link, a FIFO, a folder: never followed nor opened
         try:
-            meta = json.loads(self.metadata_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-        return meta if isinstance(meta, dict) else None
+            text = safefiles.read_text(self.metadata_path)
+        except PermissionError:
+            return None, "permission denied"
+        except FileNotFoundError:
+            return None, "no such file"
+        except safefiles.UnsafeFileError:
+            return None, "not a regular file"  # swapped after the check above
+        except OSError as exc:
+            return None, exc.strerror or type(exc).__name__
+        try:
+            meta = json.loads(text)
+        except ValueError:
+            return None, "not valid JSON"
+        except RecursionError:
+            return None, "not valid JSON (nested too deeply)"
+        return (meta, None) if isinstance(meta, dict) else (None, "not a JSON object")
 
     def write_metadata(self, meta: dict[str, Any]) -> None:
         """Replace metadata.json atomically."""
@@ -180,27 +213,36 @@ class Bundle:
         return RUN_REQUIRED if meta.get("analysis") == DEFERRED else ALWAYS_REQUIRED
 
     def status(self) -> str:
-        """``missing``, ``running``, ``complete``, ``failed``, ``interrupted`` or ``broken``.
+        """``missing``, or one of `RUN_STATUSES`: ``running``, ``complete``, ``failed``,
+        ``interrupted``, ``broken``, ``unreadable``.
 
         ``complete`` is only returned when every file of the manifest is present with its
-        recorded size; a bundle that claims completeness but is not is ``broken``.
+        recorded size; a bundle that claims completeness but is not is ``broken``, and so
+        is one whose metadata.json is not valid; ``unreadable`` when this user may not
+        read metadata.json.
         """
         if not self.root.exists():
             return "missing"
-        meta = self.read_metadata()
+        meta, why = self.load_metadata()
         if meta is None:
-            return "broken"
+            return UNREADABLE if why == "permission denied" else BROKEN
         status = meta.get("status")
         if status == COMPLETE:
-            files = meta.get("files")
-            if not isinstance(files, dict) or self.missing(self.required(meta)):
-                return "broken"
-            for rel, size in files.items():
-                p = self.root / rel
-                if not p.is_file() or p.stat().st_size != size:
-                    return "broken"
-            return COMPLETE
-        return status if status in STATUSES else "broken"
+            try:
+                return COMPLETE if self._all_files_in_place(meta) else BROKEN
+            except PermissionError:
+                return UNREADABLE
+        return status if status in STATUSES else BROKEN
+
+    def _all_files_in_place(self, meta: dict[str, Any]) -> bool:
+        files = meta.get("files")
+        if not isinstance(files, dict) or self.missing(self.required(meta)):
+            return False
+        for rel, size in files.items():
+            p = self.root / rel
+            if not p.is_file() or p.stat().st_size != size:
+                return False
+        return True
 
     def is_complete(self) -> bool:
         """True when the run finished and everything it wrote is in place."""
@@ -219,22 +261,52 @@ def move_aside(out: Path, bundle: Bundle) -> Path:
     return dest
 
 
+def open_lock_file(path: Path) -> int:
+    """Open (creating it if absent) the lock file of an output folder; return the fd.
+
+    Never follows a symbolic link (``O_NOFOLLOW``; a new file is made with
+    ``O_CREAT | O_EXCL``), and an existing file must be a regular file owned by us with one
+    link, so a planted ``.testbed-run.lock -> /etc/shadow`` (or a hard link to it) is
+    refused with `InputError` instead of being truncated as root.
+    """
+    flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        try:
+            fd = os.open(path, flags | os.O_NONBLOCK)
+        except OSError:
+            raise InputError(f"{path}: not a regular file (a symbolic link?); the lock "
+                             "file is never followed; remove it and run again") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink != 1:
+        os.close(fd)
+        raise InputError(f"{path}: not a regular file owned by this user with a single "
+                         "link; remove it and run again")
+    return fd
+
+
 @contextlib.contextmanager
 def locked(out: Path) -> Iterator[None]:
-    """Hold an exclusive lock on DIR so that two sweeps never write into it at once."""
+    """Hold an exclusive lock on DIR so that two sweeps never write into it at once.
+
+    Only commands that write into DIR take it (run, study, and report when it finishes
+    a deferred analysis); see `open_lock_file` for how the file is opened.
+    """
     import fcntl
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / LOCK
-    f = open(path, "a+")  # noqa: SIM115 - held for the whole block
+    fd = open_lock_file(path)
+    f = os.fdopen(fd, "r+")
     try:
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             f.seek(0)
-            holder = f.read().strip() or "?"
-            raise InputError(f"{out}: another `testbed run` (pid {holder}) is writing here; "
+            holder = f.read(32).strip() or "?"
+            raise InputError(f"{out}: another `testbed run` (pid {holder!r}) is writing here; "
                              "wait for it or use another --out") from None
         f.seek(0)
         f.truncate()
@@ -250,12 +322,22 @@ def locked(out: Path) -> Iterator[None]:
 
 
 def bundles(out: Path) -> list[Bundle]:
-    """Every bundle directly under DIR (folders with a metadata.json), sorted by name."""
+    """Every bundle directly under DIR (folders with a metadata.json), sorted by name.
+
+    A folder that is a symbolic link, or whose metadata.json is one, is not a bundle."""
     out = Path(out)
     if not out.is_dir():
         return []
     return [Bundle(p) for p in sorted(out.iterdir())
-            if p.is_dir() and not p.name.startswith(("_", ".")) and (p / "metadata.json").exists()]
+            if not p.name.startswith(("_", ".")) and _has_metadata(out, p.name)]
+
+
+def _has_metadata(out: Path, name: str) -> bool:
+    """Whether out/name is a real folder (no symbolic link) holding a metadata.json that is
+    a regular file (no link, FIFO ...); a folder this user may not enter counts (its status
+    is then ``unreadable``)."""
+    why = safefiles.check(out, out / name / "metadata.json")
+    return why is None or why.startswith("unreadable")
 
 
 def _flat(prefix: str, value: Any, into: dict[str, Any]) -> None:
@@ -266,8 +348,65 @@ def _flat(prefix: str, value: Any, into: dict[str, Any]) -> None:
         into[prefix] = value
 
 
+IDENTITY_COLUMNS = ("run_id", "name", "status", "repetition", "seed", "started", "ended",
+                    "wall_s", "error", "path")
+PARAM_PREFIX = "param:"
+# the checks of analysis.fidelity.assess that become summary columns ``fidelity_<check>``
+FIDELITY_CHECKS = ("rate_ratio_min", "rtt_excess_ms_max", "first_rtt_ms", "event_late_ms_max",
+                   "cpu_saturated_share", "cpu_busiest_mean", "emulator_ooo_ratio_max",
+                   "softnet_dropped", "ovs_upcalls_lost", "controller_restarts")
+FIDELITY_COLUMNS = ("fidelity", "fidelity_reasons", *(f"fidelity_{k}" for k in FIDELITY_CHECKS))
+# the columns a run's own record sets; a swept key of the same name gets ``param:<key>``
+PROTECTED_COLUMNS = (*IDENTITY_COLUMNS, *FIDELITY_COLUMNS)
+
+
+def param_column(key: str, taken: set[str] | tuple[str, ...] = PROTECTED_COLUMNS) -> str:
+    """The summary column of swept key: the key itself (``transport.cc``), or
+    ``param:<key>`` when that name is an identity column (``seed``, ``status``, ...), a
+    fidelity column (``fidelity``, ``fidelity_*``) or a phase-time column (``*_s`` without
+    a dot), so no parameter replaces them."""
+    key = str(key)
+    if key in taken or (key.endswith("_s") and "." not in key) or \
+            key.startswith(PARAM_PREFIX):
+        return PARAM_PREFIX + key
+    return key
+
+
+def fidelity_columns(fidelity: dict[str, Any] | None) -> dict[str, Any]:
+    """The ``fidelity*`` columns of summary.parquet and the runs view for one run, from
+    its ``fidelity`` section (`analysis.fidelity.assess`; docs/fidelity.md)."""
+    fid = fidelity if isinstance(fidelity, dict) else {}  # metadata.json may be crafted
+    checks = fid.get("checks")
+    checks = checks if isinstance(checks, dict) else {}
+    reasons = fid.get("reasons")
+    reasons = [str(r) for r in reasons] if isinstance(reasons, list) else []
+    verdict = fid.get("verdict", "unknown")
+    out: dict[str, Any] = {"fidelity": verdict if verdict is None or isinstance(verdict, str)
+                           else str(verdict),
+                           "fidelity_reasons": "; ".join(reasons) or None}
+    for key in FIDELITY_CHECKS:
+        val = checks.get(key)
+        out[f"fidelity_{key}"] = _number(val)
+    return out
+
+
+def _number(value: Any) -> float | None:
+    """value as a float, or None when it is absent or not a number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
 def run_row(bundle: Bundle) -> dict[str, Any]:
-    """One row of the runs table: identity, status, times, swept values, headline metrics."""
+    """One row of the runs table: identity, status, times, swept values, headline metrics.
+
+    Identity and status come from the bundle itself (folder name, `Bundle.status`); a
+    swept key named like one of them gets its own column (`param_column`), and a headline
+    metric never replaces a column already set.
+    """
     meta = bundle.read_metadata() or {}
     row: dict[str, Any] = {
         "run_id": bundle.run_id,
@@ -281,13 +420,17 @@ def run_row(bundle: Bundle) -> dict[str, Any]:
         "error": meta.get("error"),
         "path": str(bundle.root),
     }
-    for phase, secs in (meta.get("timing") or {}).items():
-        if phase != "done":
+    timing = meta.get("timing")
+    for phase, secs in (timing.items() if isinstance(timing, dict) else ()):
+        if phase != "done" and f"{phase}".replace("-", "").isidentifier():
             row[f"{phase.replace('-', '')}_s"] = secs
-    for key, value in (meta.get("params") or {}).items():
-        row[key] = value
+    row.update(fidelity_columns(meta.get("fidelity")))
+    params = meta.get("params")
+    for key, value in (params.items() if isinstance(params, dict) else ()):
+        row[param_column(key)] = value
     headline: dict[str, Any] = {}
-    _flat("", meta.get("headline") or {}, headline)
+    hl = meta.get("headline")
+    _flat("", hl if isinstance(hl, dict) else {}, headline)
     for key, value in headline.items():
         row.setdefault(key, value)
     return row
@@ -298,9 +441,7 @@ def runs_frame(out: Path):
     import pandas as pd
 
     rows = [run_row(b) for b in bundles(out)]
-    df = pd.DataFrame(rows, columns=None if rows else
-                      ["run_id", "name", "status", "repetition", "seed", "started", "ended",
-                       "wall_s", "error", "path"])
+    df = pd.DataFrame(rows, columns=None if rows else list(IDENTITY_COLUMNS))
     for col in df.columns:
         df[col] = _uniform(df[col])
     return df
@@ -426,6 +567,10 @@ def run_sweep(plans: list[Any], out: Path, execute: Execute, *, fail_fast: bool 
                 status, error, wall, exc = _one_run(plan, out, execute, progress,
                                                     extra_meta or {}, recover)
                 progress.end(plan.run_id, status, wall, error)
+                note = getattr(progress, "note", None)
+                line = fidelity_line(Bundle(out / plan.run_id).read_metadata() or {})
+                if note is not None and line:
+                    note(line)
                 if status == COMPLETE:
                     report.complete += 1
                     continue
@@ -439,6 +584,30 @@ def run_sweep(plans: list[Any], out: Path, execute: Execute, *, fail_fast: bool 
             progress.close()
             write_summary(out)
     return report
+
+
+def take_analysis(meta: dict[str, Any], headline: dict[str, Any] | None) -> None:
+    """Store what `testbed.runner.analyze_run` returned: the headline metrics, and the
+    fidelity verdict it carries under ``fidelity`` as its own section."""
+    headline = dict(headline or {})
+    fid = headline.pop("fidelity", None)
+    if fid is not None:
+        meta["fidelity"] = fid
+    meta["headline"] = headline
+
+
+def fidelity_line(meta: dict[str, Any]) -> str | None:
+    """One console line with a run's fidelity verdict (None before its analysis)."""
+    fid = meta.get("fidelity")
+    if not isinstance(fid, dict):
+        return None
+    reasons = fid.get("reasons") or []
+    text = f"  fidelity {fid.get('verdict')}"
+    if reasons and fid.get("verdict") != "ok":
+        text += f": {reasons[0].split(': ', 1)[-1]}"
+        if len(reasons) > 1:
+            text += f" (and {len(reasons) - 1} more in metadata.json)"
+    return text
 
 
 def _one_run(plan: Any, out: Path, execute: Execute, progress: Progress,
@@ -474,7 +643,7 @@ def _one_run(plan: Any, out: Path, execute: Execute, progress: Progress,
         error = str(exc) if isinstance(exc, TestbedError) else f"{type(exc).__name__}: {exc}"
         _finish(bundle, meta, FAILED, error, t_start, exc)
         return FAILED, error, time.time() - t_start, exc
-    meta["headline"] = headline or {}
+    take_analysis(meta, headline)
     missing = bundle.missing(bundle.required(meta))
     if missing:
         error = "the bundle is incomplete: missing " + ", ".join(missing)
@@ -535,15 +704,19 @@ def finish_deferred(out: Path, analyze: Callable[[Path], dict[str, Any]],
             except Exception as exc:
                 error = "analysis: " + (str(exc) if isinstance(exc, TestbedError)
                                         else f"{type(exc).__name__}: {exc}")
-                with contextlib.suppress(OSError):
-                    bundle.logs_dir.mkdir(parents=True, exist_ok=True)
-                    atomic_write_text(bundle.logs_dir / "error.log", "".join(
-                        traceback.format_exception(type(exc), exc, exc.__traceback__)))
+                if safefiles.check(bundle.root, bundle.logs_dir, "dir") in (None, "missing"):
+                    with contextlib.suppress(OSError):  # never through a linked logs/
+                        bundle.logs_dir.mkdir(parents=True, exist_ok=True)
+                        atomic_write_text(bundle.logs_dir / "error.log", "".join(
+                            traceback.format_exception(type(exc), exc, exc.__traceback__)))
                 meta.update(status=FAILED, error=error)
                 failed.append((bundle.run_id, error))
             else:
-                meta["headline"] = headline or {}
+                take_analysis(meta, headline)
                 meta["analysis"] = "host"
+                line = fidelity_line(meta)
+                if progress is not None and line:
+                    progress(f"{bundle.run_id}:{line}")
                 missing = bundle.missing(ALWAYS_REQUIRED)
                 if missing:
                     error = "the bundle is incomplete: missing " + ", ".join(missing)

@@ -30,14 +30,16 @@ Reuse is offered only for runs it should not change:
 A run
 that fails while its network is up (or whose clean-up between runs fails) gets no
 successor on it: the keeper stops it.  While a network waits between two runs its
-manifest is in ``<state_dir>/_kept-network.json``; the next keeper on that folder
-removes what a killed process left there.  `close` writes the last stop's report to
+manifest is in ``<state_dir>/_kept-network.json`` (and, trusted, in the testbed's own
+state directory: `testbed.cleanup.state_dir`); the next keeper on that folder removes
+what a killed process left there, by the trusted copy.  `close` writes the last stop's report to
 ``<state_dir>/_network-teardown.json``.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -45,6 +47,13 @@ from typing import Any
 from testbed.commands import CommandRunner
 
 BASELINE_MAX_HOSTS = 4  # a baseline costs two reads per host per run (a few seconds)
+
+
+def rps_wanted() -> bool:
+    """Receive packet steering on the networks runs build: on, unless the environment
+    says ``TESTBED_RPS=0`` (only to measure the emulator's own reordering; such a run's
+    fidelity verdict says so, docs/fidelity.md)."""
+    return os.environ.get("TESTBED_RPS", "1").strip() != "0"
 
 
 def topology_key(exp: Any) -> str | None:
@@ -133,6 +142,7 @@ class NetworkKeeper:
                 raise
             self.runs += 1
             return net, {**info, "reused": True, "built_by": self.built_by,
+                         "rps_mask": net.rps_mask,
                          "runs_before": self.runs - 1,
                          "counters": "qdisc and port counters count from the network's "
                                      "start"}
@@ -142,11 +152,12 @@ class NetworkKeeper:
         hosts = topo.hosts() if hasattr(topo, "hosts") else []
         baseline = tkey is not None and 0 < len(hosts) <= BASELINE_MAX_HOSTS
         net = Network(topo, runner=runner, controller=controller, workdir=workdir,
-                      baseline_hosts=baseline)
+                      baseline_hosts=baseline, rps=rps_wanted())
         net.start()
         self.key, self.built_by, self.runs = key, run_id, 1
         self.topo_key = tkey if baseline else None
-        return net, {**info, "reused": False, "built_by": run_id, "runs_before": 0}
+        return net, {**info, "reused": False, "built_by": run_id, "runs_before": 0,
+                     "rps_mask": net.rps_mask}
 
     def release(self, net: Any, ok: bool) -> dict[str, Any]:
         """The run is over: keep net for the next run (ok, reusable, `end_run` worked) or
@@ -203,17 +214,21 @@ class NetworkKeeper:
 
     def _forget_kept(self) -> None:
         if self.state_dir is not None:
+            from testbed.cleanup import discard_manifest
+
             (self.state_dir / KEPT).unlink(missing_ok=True)
+            discard_manifest(self.state_dir / KEPT)
 
     def _recover(self, runner: CommandRunner) -> dict[str, list[str]]:
         """Once per keeper: remove a network an earlier process kept and never stopped."""
         if self._recovered or self.state_dir is None:
             return {}
         self._recovered = True
+        from testbed.cleanup import cleanup_from_manifest, has_manifest
+
         path = self.state_dir / KEPT
-        if not path.is_file():
+        if not path.is_file() and not has_manifest(path):
             return {}
-        from testbed.cleanup import cleanup_from_manifest
 
         report = cleanup_from_manifest(path, runner)
         path.unlink(missing_ok=True)

@@ -22,7 +22,7 @@ from typing import Annotated, Any
 
 import typer
 
-from testbed.errors import TestbedError
+from testbed.errors import TestbedError, error_lines
 
 
 def register(app: typer.Typer) -> None:
@@ -32,14 +32,17 @@ def register(app: typer.Typer) -> None:
 
 
 def _fail(exc: TestbedError) -> typer.Exit:
-    typer.echo(f"error: {exc}", err=True)
+    for line in error_lines(exc):
+        typer.echo(line, err=True)
     return typer.Exit(exc.exit_code)
 
 
 def run_command(
-    spec: Annotated[Path, typer.Argument(help="The experiment spec (TOML).", show_default=False)],
+    spec: Annotated[Path, typer.Argument(metavar="SPEC", help="The experiment spec (TOML).",
+                                            show_default=False)],
     out: Annotated[Path | None, typer.Option(
-        "--out", "-o", help="Output directory (default: results/<spec name>).")] = None,
+        "--out", "-o", metavar="DIR",
+        help="Output directory (default: results/<spec name>).")] = None,
     set_: Annotated[list[str] | None, typer.Option(
         "--set", "-s", metavar="KEY=VALUE",
         help="Override a spec key, e.g. --set transport.cc=reno (repeatable).")] = None,
@@ -67,7 +70,7 @@ def run_command(
 
     if dry_run:
         try:
-            _print_dry_run(plans, out_dir)
+            print_dry_run(plans, out_dir)
         except TestbedError as exc:
             raise _fail(exc) from None
         raise typer.Exit(0)
@@ -79,9 +82,11 @@ def run_command(
         from testbed import vm
 
         try:
-            code = vm.run_in_vm(argv)
+            code = vm.run_in_vm(argv, outputs=[out_dir])
         except TestbedError as exc:
             raise _fail(exc) from None
+        if (out_dir / "summary.parquet").is_file():  # the last line says where, truly
+            typer.echo(f"results in {out_dir} (summary.parquet)", err=True)
         raise typer.Exit(code)
 
     raise typer.Exit(_run_sweep(plans, out_dir, fail_fast, spec, overrides, fresh_networks))
@@ -138,12 +143,17 @@ def _run_sweep(plans: list[Any], out: Path, fail_fast: bool, spec: Path,
     from testbed.progress import SweepProgress
     from testbed.results import run_sweep
     from testbed.reuse import NetworkKeeper
-    from testbed.runner import execute_run, recover_bundle
+    from testbed.runner import check_kernel_support, execute_run, recover_bundle
 
     sets = [arg for o in overrides for arg in ("--set", o)]
     extra = {"command": shlex.join(["testbed", "run", str(spec), "--out", str(out), *sets]),
              "spec_file": str(spec)}
     progress = SweepProgress()
+    try:
+        check_kernel_support(plans)  # an unknown CC stops here, not after every run failed
+    except TestbedError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        return exc.exit_code
     try:
         with _sigterm_as_interrupt(), NetworkKeeper(
                 keep=not fresh_networks, state_dir=out) as keeper:
@@ -155,7 +165,8 @@ def _run_sweep(plans: list[Any], out: Path, fail_fast: bool, spec: Path,
                    "again to resume", err=True)
         return 130
     except TestbedError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        for line in error_lines(exc):
+            typer.echo(line, err=True)
         typer.echo(f"stopped; finished runs are kept in {out}", err=True)
         return exc.exit_code
     failed = len(report.failed)
@@ -166,7 +177,11 @@ def _run_sweep(plans: list[Any], out: Path, fail_fast: bool, spec: Path,
     return 1 if failed else 0
 
 
-def _print_dry_run(plans: list[Any], out: Path) -> None:
+def print_dry_run(plans: list[Any], out: Path) -> None:
+    """Print the runs of plans (a table) and the first run's commands as a shell script.
+
+    plans: `RunPlan`s of one spec; out: the folder the runs would go to.
+    """
     from rich.console import Console
     from rich.table import Table
 
@@ -184,6 +199,10 @@ def _print_dry_run(plans: list[Any], out: Path) -> None:
                       *(json.dumps(p.params[k]) for k in keys))
     console.print(table)
     runner = dry_run_commands(plans[0], out / plans[0].run_id)
+    if not runner.transcript.entries and ":" in str(plans[0].spec.topology.kind):
+        console.print(f"\ncommands not listed: topology {plans[0].spec.topology.kind} is "
+                      "code, which only a real run imports and builds (as root)")
+        return
     console.print(f"\ncommands of the first run ({plans[0].run_id}), in order:")
     console.out(runner.transcript.as_shell(), highlight=False)
 
@@ -191,8 +210,9 @@ def _print_dry_run(plans: list[Any], out: Path) -> None:
 def query_command(
     directory: Annotated[Path, typer.Argument(metavar="DIR",
                                               help="Output directory of `testbed run`.")],
-    sql: Annotated[str, typer.Argument(help="DuckDB SQL over the views runs, flows, "
-                                            "timeseries, cwnd, ping, events.")],
+    sql: Annotated[str, typer.Argument(metavar="SQL", help="DuckDB SQL over the views runs, flows, "
+                                            "timeseries, cwnd, ping, events, rtt "
+                                            "(docs/bundle.md).")],
     csv: Annotated[bool, typer.Option("--csv", help="Print CSV instead of a table.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON lines.")] = False,
 ) -> None:

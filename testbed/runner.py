@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
+import json
 import math
 import os
 import time
@@ -29,12 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from testbed.commands import CommandRunner, in_parallel
-from testbed.errors import SpecError
+from testbed.errors import RunError, SpecError
 from testbed.hoststate import SYSCTL_PATTERN, parse_sysctl, sysctl_keys
 from testbed.results import DEFERRED, Bundle, atomic_write_text
 from testbed.spec import (
     BulkWorkload,
     CbrWorkload,
+    CustomTopology,
     Experiment,
     FatTreeTopology,
     FlowsWorkload,
@@ -75,16 +78,33 @@ def build_topology(exp: Experiment) -> Any:
             k=topo.k, bw=None if topo.bw is None else topo.bw / 1e6,
             delay=format_duration_exact(topo.delay) if topo.delay else None,
             loss=topo.loss or None, max_queue_size=topo.queue)
-    module, _, cls = topo.kind.partition(":")
-    try:
-        klass = getattr(importlib.import_module(module), cls)
-    except (ImportError, AttributeError) as exc:
-        raise SpecError(f"topology.kind: cannot load {topo.kind!r} ({exc}); give "
-                        "'package.module:Class' importable from the project") from None
+    klass = custom_topology_class(topo.kind)
     try:
         return klass(**topo.params)
     except TypeError as exc:
         raise SpecError(f"topology.params: {topo.kind} does not accept them ({exc})") from None
+
+
+def custom_topology_class(kind: str) -> type:
+    """The class named by ``topology.kind = "package.module:Class"``, checked to be a
+    subclass of Mininet's ``Topo`` before anything of it is called.
+
+    Importing the module runs its code (as root, in a real run): a custom topology module
+    is trusted code (docs/security.md).  Anything but a ``Topo`` subclass -- a function
+    such as ``subprocess:getoutput``, an instance, a module -- raises `SpecError`.
+    """
+    from mininet.topo import Topo
+
+    module, _, name = kind.partition(":")
+    try:
+        klass = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise SpecError(f"topology.kind: cannot load {kind!r} ({exc}); give "
+                        "'package.module:Class' importable from the project") from None
+    if not (inspect.isclass(klass) and issubclass(klass, Topo)):
+        raise SpecError(f"topology.kind: {kind!r} is not a Mininet Topo subclass; give a "
+                        "class derived from mininet.topo.Topo") from None
+    return klass
 
 
 def topo_hosts(exp: Experiment, topo: Any) -> list[str]:
@@ -472,10 +492,22 @@ class _Timeline:
 
 
 def analyze_run(run_dir: Path) -> dict[str, Any]:
-    """Compute a finished run's ``metrics/``; return its headline metrics (JSON-safe)."""
-    from analysis.bundle import analyze_bundle
+    """Compute a finished run's ``metrics/``; return its headline metrics and, under
+    ``fidelity``, its fidelity verdict (`analysis.fidelity`; JSON-safe)."""
+    import pandas as pd
 
-    return _finite(analyze_bundle(run_dir))
+    from analysis.bundle import analyze_bundle, load_metadata
+    from analysis.fidelity import assess
+
+    headline = analyze_bundle(run_dir)
+    metrics = Path(run_dir) / "metrics"
+
+    def table(name: str) -> Any:
+        path = metrics / f"{name}.parquet"
+        return pd.read_parquet(path) if path.is_file() else None
+
+    fid = assess(load_metadata(Path(run_dir)), table("flows"), table("ping"), table("events"))
+    return _finite({**headline, "fidelity": fid})
 
 
 def execute_run(plan: Any, bundle: Bundle, meta: dict[str, Any], phase: Phase,
@@ -518,6 +550,10 @@ def execute_run(plan: Any, bundle: Bundle, meta: dict[str, Any], phase: Phase,
         atomic_write_text(bundle.transcript_path, runner.transcript.to_jsonl())
         atomic_write_text(bundle.root / "commands.sh", runner.transcript.as_shell())
         tl.enter("done")
+    problems = _problems(exp, bundle, meta)
+    if problems:
+        meta["problems"] = problems
+        raise RunError("; ".join(problems))
     if not analyze:
         meta["analysis"] = DEFERRED
         return {}
@@ -526,6 +562,35 @@ def execute_run(plan: Any, bundle: Bundle, meta: dict[str, Any], phase: Phase,
     headline = analyze_run(bundle.root)
     tl.enter("done")
     return headline
+
+
+def _problems(exp: Experiment, bundle: Bundle, meta: dict[str, Any]) -> list[str]:
+    """What makes this finished run ``failed`` (`testbed.outcome`)."""
+    from testbed.outcome import run_problems
+
+    log = bundle.samples_dir / "events.jsonl"
+    applied = [json.loads(line) for line in log.read_text().splitlines() if line.strip()] \
+        if log.is_file() else []
+    return run_problems(meta, [ev.at_s for ev in schedule_events(exp)], applied)
+
+
+def check_kernel_support(plans: list[Any], runner: CommandRunner | None = None) -> None:
+    """Before the first run: every congestion control the plans name is available on
+    this kernel (loaded if it is a module); raises `UnsupportedError` (exit 2) naming
+    the spec key and listing what the kernel offers, before anything is built."""
+    runner = runner or CommandRunner()
+    seen: set[str] = set()
+    for plan in plans:
+        exp = plan.spec
+        wanted = [("transport.cc", exp.transport.cc)] + [
+            (f"workload[{i}].cc", wl.cc) for i, wl in enumerate(exp.workload)
+            if getattr(wl, "cc", None)]
+        for key, cc in wanted:
+            if cc and cc not in seen:
+                from testbed.transport import ensure_cc
+
+                ensure_cc(runner, cc, key=key)
+                seen.add(cc)
 
 
 def _ensure_ccs(runner: CommandRunner, exp: Experiment) -> None:
@@ -542,7 +607,9 @@ def _run_network(exp: Experiment, plan: Any, bundle: Bundle, meta: dict[str, Any
                  flows: list[Any], pings: list[dict[str, Any]], ts: Any,
                  keeper: Any = None) -> None:
     from testbed.capture import CaptureSet
+    from testbed.monitor import Monitor, with_queue_drops
     from testbed.mptcp import configure_host, host_interfaces
+    from testbed.readiness import wait_quiet, warm_targets, warm_up
     from testbed.reuse import NetworkKeeper
     from testbed.sampler import Sampler
     from testbed.traffic.flows import FlowRun
@@ -566,6 +633,9 @@ def _run_network(exp: Experiment, plan: Any, bundle: Bundle, meta: dict[str, Any
 
         # each host is its own namespace: a few at a time (a fat-tree has 16)
         meta["transport"] = dict(zip(hosts, in_parallel(configure, hosts), strict=True))
+        # ready before the clock starts: neighbours and switch flows warm (`readiness`)
+        meta["readiness"] = warm_up(runner, net, warm_targets(
+            flows, pings, path_addresses(exp, topo), host_addresses(topo).get("server")))
         captures = CaptureSet(runner, bundle.pcap_dir, bundle.logs_dir, exp.capture.snaplen)
         for h, intf in capture_targets(exp, topo, hosts):
             captures.add(net.host(h), intf)
@@ -573,6 +643,9 @@ def _run_network(exp: Experiment, plan: Any, bundle: Bundle, meta: dict[str, Any
         flow_run = FlowRun(runner, {h: net.host(h) for h in hosts}, flows,
                            bundle.samples_dir, bundle.logs_dir) if flows else None
         ping_runs: list[tuple[float, Any]] = []
+        monitor: Monitor | None = None
+        dp_lost: int | None = None
+        drops_before: dict[str, int] | None = None
         try:
             captures.start()
             if exp.sampler.enabled:
@@ -583,6 +656,10 @@ def _run_network(exp: Experiment, plan: Any, bundle: Bundle, meta: dict[str, Any
                     samplers.append(s)
             events = schedule_events(exp)
             net.prepare_schedule(events)  # slow under emulation: before t0 is fixed
+            meta["readiness"].update(wait_quiet())  # ... and so is everything above
+            dp_lost = _dp_lost(runner, net)
+            drops_before = _qdisc_drops(runner)
+            monitor = Monitor(net.monitor_links()).start()
             if flow_run is not None:
                 flow_run.start()          # servers listening, then clients wait for t0
                 t0 = float(flow_run.t0)
@@ -597,8 +674,15 @@ def _run_network(exp: Experiment, plan: Any, bundle: Bundle, meta: dict[str, Any
                 interval=p["interval"], count=p["count"], duration=p["duration"],
                 size=p["size"], bind=p["bind"])) for p in pings]
             meta["ended_early"] = _traffic(exp, net, t0, flow_run, ping_runs)
+            meta["t_traffic_end"] = time.time()
             tl.enter("teardown")
         finally:
+            if monitor is not None:
+                raw = monitor.stop()
+                raw["links"] = with_queue_drops(raw["links"], drops_before,
+                                                _qdisc_drops(runner))
+                meta["fidelity_raw"] = {**raw, **_fidelity_extra(runner, net, exp, topo,
+                                                                 pings, dp_lost)}
             if flow_run is not None:
                 flow_run.stop()
                 meta["flows"] = _flow_summary(flow_run.collect())
@@ -615,6 +699,50 @@ def _run_network(exp: Experiment, plan: Any, bundle: Bundle, meta: dict[str, Any
         ok = True
     finally:
         meta["network_cleanup"] = keeper.release(net, ok)
+
+
+def _dp_lost(runner: CommandRunner, net: Any) -> int | None:
+    """Packets the OVS kernel datapath has lost on upcalls so far (None: no switches,
+    or ovs-dpctl could not tell)."""
+    from testbed.monitor import parse_dpctl_lost
+
+    if not net.topo.switches():
+        return None
+    res = runner.run(["ovs-dpctl", "show"], timeout=20, check=False)
+    return parse_dpctl_lost(res.stdout) if res.returncode == 0 else None
+
+
+def _qdisc_drops(runner: CommandRunner) -> dict[str, int] | None:
+    """Packets each root-namespace interface's qdiscs have dropped so far."""
+    from testbed.monitor import parse_qdisc_drops
+
+    res = runner.run(["tc", "-s", "-j", "qdisc", "show"], timeout=20, check=False)
+    return parse_qdisc_drops(res.stdout) if res.returncode == 0 else None
+
+
+def _fidelity_extra(runner: CommandRunner, net: Any, exp: Experiment, topo: Any,
+                    pings: list[dict[str, Any]], dp_lost_before: int | None
+                    ) -> dict[str, Any]:
+    """The rest of ``fidelity_raw``: upcalls lost, RPS, CPUs, each ping's configured RTT."""
+    from testbed.network import base_rtt_s
+    from testbed.steering import online_cpus
+
+    after = _dp_lost(runner, net) if dp_lost_before is not None else None
+    others = {p.name for p in getattr(exp.topology, "paths", [])}
+    switch_of = {p.name: f"s{i + 1}" for i, p in enumerate(getattr(exp.topology, "paths", []))}
+    rtts = []
+    for p in pings:
+        avoid = frozenset(switch_of[o] for o in others if o != p["path"]) \
+            if p["path"] in switch_of else frozenset()
+        if p["path"] is None and switch_of:   # unpinned: the main table uses path 0
+            avoid = frozenset(list(switch_of.values())[1:])
+        rtt = base_rtt_s(topo, p["host"], p["dst"], avoid)
+        rtts.append({"name": p["name"], "src": p["src"], "dst": p["dst"], "path": p["path"],
+                     "base_rtt_ms": None if rtt is None else round(rtt * 1000, 3)})
+    return {"ovs_upcalls_lost": None if after is None or dp_lost_before is None
+            else after - dp_lost_before,
+            "rps_mask": net.rps_mask, "cpus": len(online_cpus()),
+            "pings": rtts}
 
 
 def _traffic(exp: Experiment, net: Any, t0: float, flow_run: Any,
@@ -647,14 +775,15 @@ def _flow_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
 def recover_bundle(bundle: Bundle) -> dict[str, list[str]]:
     """Remove what the network of a run whose process died left behind (by its manifest).
 
-    bundle: a bundle still marked ``running``; returns what was removed.
+    bundle: a bundle still marked ``running``; returns what was removed.  The manifest
+    in the bundle is never trusted on its own (`testbed.cleanup.cleanup_from_manifest`).
     """
-    from testbed.cleanup import MANIFEST, cleanup_from_manifest
+    from testbed.cleanup import MANIFEST, cleanup_from_manifest, has_manifest
 
     manifest = bundle.logs_dir / "network" / MANIFEST
-    if not manifest.is_file():
+    if not manifest.is_file() and not has_manifest(manifest):
         return {}
-    return cleanup_from_manifest(manifest)
+    return cleanup_from_manifest(manifest)  # acts on the state directory's copy alone
 
 
 # ---------------------------------------------------------------------------------------
@@ -687,6 +816,8 @@ def dry_run_commands(plan: Any, run_dir: Path) -> CommandRunner:
     exp: Experiment = plan.spec
     run_dir = Path(run_dir)
     runner = CommandRunner(dry_run=True)
+    if isinstance(exp.topology, CustomTopology):
+        return runner  # a custom topology is code: a dry run neither imports nor builds it
     topo = build_topology(exp)
     check_against_topology(exp, topo)
     hosts = topo_hosts(exp, topo)
@@ -733,17 +864,43 @@ def dry_run_commands(plan: Any, run_dir: Path) -> CommandRunner:
         runner.spawn(ping_argv(p["dst_addr"], interval=p["interval"], count=p["count"],
                                duration=p["duration"], size=p["size"], bind=p["bind"]),
                      host=fake[p["host"]])
-    for ev in schedule_events(exp):
-        link = link_groups(topo)[ev.link]
-        new = ev.change.apply_to(link.shape)
-        for eg in link.egress:
-            for argv in sh.change_commands(eg.intf, link.shape, new):
-                runner.run(argv, host=fake[eg.node] if eg.node not in switches else None)
-        if ev.change.up is not None:
-            for eg in link.updown:
-                runner.run(sh.link_state_command(eg.intf, ev.change.up),
-                           host=fake[eg.node] if eg.in_namespace else None)
+    _dry_run_schedule(runner, exp, topo, fake)
     return runner
+
+
+def _dry_run_schedule(runner: CommandRunner, exp: Experiment, topo: Any,
+                      fake: dict[str, Any]) -> None:
+    """The schedule's link changes as `Network.apply` makes them at their times: per event
+    and namespace one ``tc -force -batch -`` for shape changes, then one ``ip -force
+    -batch -`` for down/up, each with its input (what the batch shells are sent)."""
+    from testbed import shaping as sh
+    from testbed.commands import batch_text
+    from testbed.network import link_groups
+
+    links = link_groups(topo)
+    shapes = {name: link.shape for name, link in links.items()}
+    up = dict.fromkeys(links, True)
+    for ev in schedule_events(exp):
+        link = links[ev.link]
+        new = ev.change.apply_to(shapes[ev.link])
+        jobs: list[tuple[str, str, list[list[str]]]] = []  # (tool, node, commands)
+        if new != shapes[ev.link]:
+            per_node: dict[str, list[list[str]]] = {}
+            for eg in link.egress:
+                per_node.setdefault(eg.node if eg.in_namespace else "", []).extend(
+                    sh.change_commands(eg.intf, shapes[ev.link], new))
+            jobs += [("tc", node, cmds) for node, cmds in per_node.items()]
+            shapes[ev.link] = new
+        if ev.change.up is not None and ev.change.up != up[ev.link]:
+            per_node = {}
+            for eg in link.updown:
+                per_node.setdefault(eg.node if eg.in_namespace else "", []).append(
+                    sh.link_state_command(eg.intf, ev.change.up))
+            jobs += [("ip", node, cmds) for node, cmds in per_node.items()]
+            up[ev.link] = ev.change.up
+        for tool, node, cmds in jobs:
+            runner.run([tool, "-force", "-batch", "-"], input=batch_text(cmds),
+                       host=fake[node] if node else None, at=ev.at_s)
 
 
 def _dry_run_controller(runner: CommandRunner, exp: Experiment, topo: Any,

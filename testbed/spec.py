@@ -6,10 +6,12 @@ units (``"4Mbit"``, ``"25us"``, ``"64KiB"``, ``"0.5%"``) and stored in base unit
 (bit/s, seconds, bytes, percentage points); dumping with ``mode="json"`` writes the unit
 strings back, exactly.
 
-Every mistake raises `SpecError` with one line naming the file, the dotted key path and
-the expected form, e.g.::
+Every mistake raises `SpecError`: one line per problem, all problems at once, each naming
+the file (or ``--set KEY``), the dotted key path and a hint built from the given value::
 
-    spec.toml: topology.paths[1].bw: '4Mbps' is not a rate; use e.g. '4Mbit'
+    spec.toml: topology.paths[0].bw: "10 mbps" is not a rate; did you mean "10Mbit"?
+    spec.toml: topology.paths[0].delya: unknown key; did you mean 'delay'?
+    spec.toml: workload[0].dst: no host named 'sever'; did you mean 'server'?
 
 The full key reference is ``docs/spec.md``. Sweeps, overrides, seeds and run ids live in
 `testbed.sweep`.
@@ -17,11 +19,14 @@ The full key reference is ``docs/spec.md``. Sweeps, overrides, seeds and run ids
 
 from __future__ import annotations
 
+import copy
 import difflib
 import json
+import re
+import types
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import (
     BaseModel,
@@ -32,12 +37,13 @@ from pydantic import (
     PlainSerializer,
     Tag,
     ValidationError,
+    field_validator,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
 
 from testbed.compat import tomllib
-from testbed.errors import SpecError, UnitError
+from testbed.errors import InputError, SpecError, UnitError
 from testbed.units import parse_duration, parse_percent, parse_rate, parse_size
 
 # ---------------------------------------------------------------------------------------
@@ -80,8 +86,63 @@ def format_percent_exact(points: float) -> str:
     return text if parse_percent(text) == points else f"{points!r}%"
 
 
-def _quantity(parse: Callable[[object], Any], what: str, minimum: str) -> Callable[[Any], Any]:
-    """A before-validator: parse a unit string, refuse negatives (and zero when minimum='>0')."""
+_UNIT_GUESSES: dict[str, dict[str, str]] = {
+    "rate": {"bps": "bit", "b/s": "bit", "bit/s": "bit", "bits": "bit",
+             "k": "kbit", "kbps": "kbit", "kb/s": "kbit", "kbit/s": "kbit", "kbits": "kbit",
+             "m": "Mbit", "mbps": "Mbit", "mb/s": "Mbit", "mbit/s": "Mbit", "mbits": "Mbit",
+             "mb": "Mbit", "g": "Gbit", "gbps": "Gbit", "gb/s": "Gbit", "gbit/s": "Gbit",
+             "gbits": "Gbit", "gb": "Gbit"},
+    "duration": {"": "s", "sec": "s", "secs": "s", "second": "s", "seconds": "s",
+                 "msec": "ms", "msecs": "ms", "millisecond": "ms", "milliseconds": "ms",
+                 "usec": "us", "usecs": "us", "microsecond": "us", "microseconds": "us",
+                 "mins": "min", "minute": "min", "minutes": "min", "hr": "h", "hour": "h",
+                 "hours": "h"},
+    "size": {"": "B", "byte": "B", "bytes": "B", "k": "KB", "kbyte": "KB", "kbytes": "KB",
+             "kilobyte": "KB", "kilobytes": "KB", "m": "MB", "mbyte": "MB", "mbytes": "MB",
+             "megabyte": "MB", "megabytes": "MB", "g": "GB", "gbyte": "GB",
+             "gigabyte": "GB", "gigabytes": "GB"},
+    "percentage": {"": "%", "pct": "%", "percent": "%"},
+}
+_QUANTITY_RE = re.compile(r"^\s*(?P<num>[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*"
+                          r"(?P<unit>[A-Za-z/%µ]*)\s*$")
+_PARSERS: dict[str, Callable[[object], Any]] = {
+    "rate": parse_rate, "duration": parse_duration, "size": parse_size,
+    "percentage": parse_percent}
+
+
+def suggest_quantity(value: Any, what: str) -> str | None:
+    """A corrected unit string that keeps the user's number, or None when there is no guess.
+
+    value: what the spec gave (``"10 mbps"``, ``4000000``, ``"5 sec"``); what: ``rate``,
+    ``duration``, ``size`` or ``percentage``.  ``"10 mbps"`` -> ``"10Mbit"``.
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) and what == "rate":
+        guess = format_rate_exact(value) if value > 0 else None
+    elif isinstance(value, (int, float, str)):
+        m = _QUANTITY_RE.match(str(value))
+        unit = _UNIT_GUESSES.get(what, {}).get(m.group("unit").lower()) if m else None
+        guess = f"{m.group('num')}{unit}" if m and unit is not None else None
+    else:
+        return None
+    if guess is None:
+        return None
+    try:
+        _PARSERS[what](guess)
+    except (UnitError, KeyError):
+        return None
+    return guess
+
+
+def _quantity(parse: Callable[[object], Any], what: str, minimum: str,
+              bounds: tuple[float, float, str] | None = None) -> Callable[[Any], Any]:
+    """A before-validator: parse a unit string, refuse negatives (and zero when minimum='>0').
+
+    bounds: (lowest, highest, "how to say the range") for a value with a tighter range
+    than its unit allows (a link's rate, delay); zero is allowed below lowest when minimum
+    allows it.
+    """
 
     def check(value: Any) -> Any:
         if isinstance(value, str) and value.strip().startswith("-"):
@@ -89,10 +150,18 @@ def _quantity(parse: Callable[[object], Any], what: str, minimum: str) -> Callab
         try:
             parsed = parse(value)
         except UnitError as exc:
-            raise PydanticCustomError("unit", str(exc).replace("{", "(").replace("}", ")")) \
+            guess = suggest_quantity(value, what)
+            text = (f"{show_value(value)} is not a {what}; did you mean {show_value(guess)}?"
+                    if guess is not None else str(exc))
+            raise PydanticCustomError("unit", text.replace("{", "(").replace("}", ")")) \
                 from None
         if minimum == ">0" and parsed <= 0:
             raise PydanticCustomError("not_positive", f"{value!r} must be greater than zero")
+        if bounds is not None:
+            low, high, shown = bounds
+            if parsed > high or (parsed and parsed < low):
+                raise PydanticCustomError("out_of_range",
+                                          f"{value!r} is out of range; use {shown}")
         return parsed
 
     return check
@@ -109,6 +178,18 @@ Size = Annotated[int, BeforeValidator(_quantity(parse_size, "size", ">0")),
                  PlainSerializer(format_size_exact, return_type=str, when_used="json")]
 Percent = Annotated[float, BeforeValidator(_quantity(parse_percent, "percentage", ">=0")),
                     PlainSerializer(format_percent_exact, return_type=str, when_used="json")]
+
+# A link's shape as the tc builders accept it (testbed.shaping.LinkShape): checked at load
+# time, so that no schedule event fails mid-run.
+LINK_RATE_BOUNDS = (1000, 10**10, "1kbit .. 10Gbit")
+LINK_DELAY_BOUNDS = (0.0, 10.0, "0s .. 10s")
+LinkRate = Annotated[int, BeforeValidator(_quantity(parse_rate, "rate", ">0",
+                                                    LINK_RATE_BOUNDS)),
+                     PlainSerializer(format_rate_exact, return_type=str, when_used="json")]
+LinkDelay = Annotated[float, BeforeValidator(_quantity(parse_duration, "duration", ">=0",
+                                                       LINK_DELAY_BOUNDS)),
+                      PlainSerializer(format_duration_exact, return_type=str,
+                                      when_used="json")]
 
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$"
 HOST_RE = r"^[A-Za-z][A-Za-z0-9_-]{0,9}$"
@@ -132,32 +213,21 @@ _PATTERN_WORDS = {
 
 
 class SpecModel(BaseModel):
-    """Base of every spec table: frozen, unknown keys refused with a did-you-mean hint."""
+    """Base of every spec table: frozen, unknown keys refused (see `unknown_key_hint`)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
-    @model_validator(mode="before")
-    @classmethod
-    def _known_keys(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            allowed = set(cls.model_fields)
-            for key in data:
-                if key not in allowed:
-                    close = difflib.get_close_matches(str(key), sorted(allowed), n=1)
-                    hint = (f"did you mean '{close[0]}'?" if close
-                            else "allowed: " + ", ".join(sorted(allowed)))
-                    raise PydanticCustomError("unknown_key", "unknown key; {hint}",
-                                              {"key": str(key), "hint": hint})
-        return data
+    # Unknown keys are refused by pydantic itself (extra="forbid"), so that every problem
+    # of a spec is reported at once; `unknown_key_hint` adds the did-you-mean hint.
 
 
 class PathSpec(SpecModel):
     """One path of a multipath topology: a named, shaped link pair client <-> server."""
 
     name: Annotated[str, Field(pattern=PATH_RE)]
-    bw: Rate | None = None
-    delay: Duration = 0.0
-    jitter: Duration = 0.0
+    bw: LinkRate | None = None
+    delay: LinkDelay = 0.0
+    jitter: LinkDelay = 0.0
     loss: Percent = 0.0
     queue: Annotated[int, Field(gt=0, le=100_000)] | None = None
 
@@ -183,17 +253,18 @@ class FatTreeTopology(SpecModel):
 
     kind: Literal["fattree"]
     k: Annotated[int, Field(ge=2, le=8)] = 4
-    bw: Rate | None = None
-    delay: Duration = 0.0
+    bw: LinkRate | None = None
+    delay: LinkDelay = 0.0
     loss: Percent = 0.0
     queue: Annotated[int, Field(gt=0, le=100_000)] | None = None
 
-    @model_validator(mode="after")
-    def _even_k(self) -> FatTreeTopology:
-        if self.k % 2:
-            raise SpecError(f"topology.k: {self.k} is odd; a fat-tree needs an even k "
-                            f"(e.g. 4)")
-        return self
+    @field_validator("k")
+    @classmethod
+    def _even_k(cls, k: int) -> int:
+        if k % 2:
+            raise PydanticCustomError("odd_k", f"{k} is odd; a fat-tree needs an even k "
+                                      "(e.g. 4)")
+        return k
 
     def host_names(self) -> list[str]:
         """The hosts this topology creates: S0 .. S(k^3/4 - 1)."""
@@ -251,9 +322,9 @@ class ScheduleEvent(SpecModel):
     at: Duration
     link: Annotated[str, Field(min_length=1)]
     down: bool | None = None
-    bw: Rate | None = None
-    delay: Duration | None = None
-    jitter: Duration | None = None
+    bw: LinkRate | None = None
+    delay: LinkDelay | None = None
+    jitter: LinkDelay | None = None
     loss: Percent | None = None
 
     def changes(self) -> dict[str, Any]:
@@ -279,6 +350,19 @@ class Transport(SpecModel):
     subflows_per_path: Annotated[int, Field(ge=1, le=4)] = 1
     scheduler: CCName | None = None
     sysctl: dict[str, str | int] = Field(default_factory=dict)
+
+    @field_validator("sysctl")
+    @classmethod
+    def _sysctl_keys(cls, sysctl: dict[str, str | int]) -> dict[str, str | int]:
+        from testbed.transport import check_sysctls  # the one definition of what is allowed
+
+        try:
+            check_sysctls(sysctl)
+        except InputError as exc:
+            # a field error, so that it is reported along with the spec's other problems
+            reason = str(exc).removeprefix("transport.sysctl: ")
+            raise PydanticCustomError("sysctl_key", "{reason}", {"reason": reason}) from None
+        return sysctl
 
 
 class _WorkloadBase(SpecModel):
@@ -417,19 +501,50 @@ class Experiment(SpecModel):
 
 
 def check_experiment(exp: Experiment) -> None:
-    """Checks that involve several keys; raise `SpecError` naming the offending key.
+    """Checks that involve several keys; raise one `SpecError` with a line per problem.
 
-    exp: a spec whose fields each validated on their own.
+    exp: a spec whose fields each validated on their own. Each independent part (the
+    controller, each workload, each schedule event, each host list entry) is checked on
+    its own, so that every problem is reported at once.
     """
+    problems: list[str] = []
+
+    def attempt(check: Callable[..., None], *args: Any) -> None:
+        try:
+            check(*args)
+        except SpecError as exc:
+            problems.extend(str(exc).splitlines())
+
     topo = exp.topology
     hosts = topo.host_names()
     links = topo.link_names()
     if isinstance(topo, MultipathTopology):
-        _no_duplicates([p.name for p in topo.paths], "topology.paths", "name")
+        attempt(_no_duplicates, [p.name for p in topo.paths], "topology.paths", "name")
+    attempt(_check_repetition, exp)
+    attempt(_check_controller, exp)
+    names = [exp.workload_name(i) for i in range(len(exp.workload))]
+    attempt(_no_duplicates, names, "workload", "name")
+    for i, wl in enumerate(exp.workload):
+        attempt(_check_workload, exp, i, wl, hosts)
+    for i, ev in enumerate(exp.schedule):
+        attempt(_check_event, exp, i, ev, links)
+    if hosts is not None:
+        for key, listed in (("capture.hosts", exp.capture.hosts),
+                            ("sampler.hosts", exp.sampler.hosts)):
+            for j, h in enumerate(listed or []):
+                attempt(_check_host, h, hosts, f"{key}[{j}]")
+    if problems:
+        raise SpecError("\n".join(problems))
+
+
+def _check_repetition(exp: Experiment) -> None:
     if exp.repetition is not None and exp.repetitions != 1:
         raise SpecError("repetition: set either repetitions (how many) or repetition "
                         "(just this one), not both")
 
+
+def _check_controller(exp: Experiment) -> None:
+    topo = exp.topology
     kind = exp.controller.kind
     if kind not in (None, "none") and not isinstance(topo, FatTreeTopology):
         raise SpecError(f"controller.kind: '{kind}' needs topology.kind = 'fattree'; "
@@ -438,33 +553,26 @@ def check_experiment(exp: Experiment) -> None:
         raise SpecError("controller.kind: a fat-tree needs a controller; use "
                         "'single-path', 'ecmp' or 'spray'")
 
-    names = [exp.workload_name(i) for i in range(len(exp.workload))]
-    _no_duplicates(names, "workload", "name")
-    for i, wl in enumerate(exp.workload):
-        _check_workload(exp, i, wl, hosts)
 
-    for i, ev in enumerate(exp.schedule):
-        where = f"schedule[{i}]"
-        if not ev.changes():
-            raise SpecError(f"{where}: changes nothing; give down = true/false or one of "
-                            "bw, delay, jitter, loss")
-        if ev.down is True and len(ev.changes()) > 1:
-            raise SpecError(f"{where}.down: a link taken down cannot change bw/delay/jitter/"
-                            "loss in the same event; use a second event")
-        if ev.at >= exp.duration:
-            raise SpecError(f"{where}.at: {_fmt_d(ev.at)} is not before the end of the run "
-                            f"(duration = {_fmt_d(exp.duration)})")
-        if links is not None and ev.link not in links:
-            raise SpecError(f"{where}.link: no link named {ev.link!r}; the paths are "
-                            + ", ".join(repr(x) for x in links))
-        if isinstance(topo, FatTreeTopology):
-            _check_fattree_link(topo, ev.link, f"{where}.link")
-
-    if hosts is not None:
-        for key, listed in (("capture.hosts", exp.capture.hosts),
-                            ("sampler.hosts", exp.sampler.hosts)):
-            for j, h in enumerate(listed or []):
-                _check_host(h, hosts, f"{key}[{j}]")
+def _check_event(exp: Experiment, i: int, ev: ScheduleEvent, links: list[str] | None) -> None:
+    topo = exp.topology
+    where = f"schedule[{i}]"
+    if not ev.changes():
+        raise SpecError(f"{where}: changes nothing; give down = true/false or one of "
+                        "bw, delay, jitter, loss")
+    if ev.down is True and len(ev.changes()) > 1:
+        raise SpecError(f"{where}.down: a link taken down cannot change bw/delay/jitter/"
+                        "loss in the same event; use a second event")
+    if ev.at >= exp.duration:
+        raise SpecError(f"{where}.at: {_fmt_d(ev.at)} is not before the end of the run "
+                        f"(duration = {_fmt_d(exp.duration)})")
+    if links is not None and ev.link not in links:
+        close = difflib.get_close_matches(ev.link, links, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else \
+            "the paths are " + ", ".join(repr(x) for x in links)
+        raise SpecError(f"{where}.link: no link named {ev.link!r}; {hint}")
+    if isinstance(topo, FatTreeTopology):
+        _check_fattree_link(topo, ev.link, f"{where}.link")
 
 
 def _check_workload(exp: Experiment, i: int, wl: Any, hosts: list[str] | None) -> None:
@@ -478,8 +586,11 @@ def _check_workload(exp: Experiment, i: int, wl: Any, hosts: list[str] | None) -
             raise SpecError(f"{where}.via: pinning to a path needs topology.kind = "
                             "'multipath'")
         if via not in exp.topology.link_names():
-            raise SpecError(f"{where}.via: no path named {via!r}; the paths are "
-                            + ", ".join(repr(x) for x in exp.topology.link_names()))
+            names = exp.topology.link_names()
+            close = difflib.get_close_matches(via, names, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else \
+                "the paths are " + ", ".join(repr(x) for x in names)
+            raise SpecError(f"{where}.via: no path named {via!r}; {hint}")
         if getattr(wl, "protocol", None) == "mptcp" or (
                 isinstance(wl, BulkWorkload) and wl.protocol is None
                 and exp.transport.protocol == "mptcp"):
@@ -579,19 +690,74 @@ def read_toml(path: Path) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{path}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise SpecError(f"{path}: not valid TOML: nested too deeply") from None
 
 
-def validate_spec(data: dict[str, Any], source: str = "spec") -> Experiment:
-    """Validate a spec dict into an `Experiment`, raising a one-line `SpecError`.
+def validate_spec(data: dict[str, Any], source: str = "spec",
+                  labels: dict[str, str] | None = None) -> Experiment:
+    """Validate a spec dict into an `Experiment`; raise a `SpecError` naming every problem.
 
-    data: the parsed TOML; source: the file name used as the message prefix.
+    data: the parsed TOML; source: the file name that prefixes each problem's line;
+    labels: key path as shown (``topology.paths[0].bw``) -> what to name instead of the
+    file for problems at or under that key (``--set topology.paths.0.bw``).
+    The error's message has one line per problem: ``<source>: <key path>: <what, hint>``.
     """
     try:
         return Experiment.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(f"{source}: {describe_validation_error(exc, data)}") from None
+        problems = validation_problems(exc, data)
+        problems += [p for p in _cross_problems(exc, data) if p not in problems]
     except SpecError as exc:
-        raise SpecError(f"{source}: {exc}") from None
+        problems = str(exc).splitlines()
+    raise SpecError("\n".join(_labelled(p, source, labels or {}) for p in problems)) \
+        from None
+
+
+def _labelled(problem: str, source: str, labels: dict[str, str]) -> str:
+    """Prefix a ``key: text`` problem with the file, or with ``--set KEY`` when it set that key."""
+    key, _, text = problem.partition(": ")
+    for shown, label in labels.items():
+        if key == shown:
+            return f"{label}: {text}"
+        if key.startswith((shown + ".", shown + "[")):
+            return f"{label}: {problem}"
+    return f"{source}: {problem}"
+
+
+def _cross_problems(exc: ValidationError, data: dict[str, Any]) -> list[str]:
+    """The cross-key problems of the spec once the keys with field errors are left out.
+
+    Keys with errors are removed (unknown keys too) and the rest validated again, so that
+    a wrong host name is reported along with a wrong unit. Nothing is added when a removed
+    key was required, and problems under a table that lost a key are dropped (they could
+    come from the removal itself).
+    """
+    pruned = copy.deepcopy(data)
+    shadowed: set[str] = set()
+    for err in exc.errors(include_url=False):
+        parts = data_path(err["loc"], data)
+        if err["type"] == "missing" or not parts or isinstance(parts[-1], int):
+            return []
+        node: Any = pruned
+        for part in parts[:-1]:
+            try:
+                node = node[part]
+            except (KeyError, IndexError, TypeError):
+                return []
+        if not isinstance(node, dict) or parts[-1] not in node:
+            return []
+        del node[parts[-1]]
+        if err["type"] != "extra_forbidden":
+            shadowed.add(_show_parts(parts[:-1]))
+    try:
+        Experiment.model_validate(pruned)
+    except SpecError as cross:
+        return [p for p in str(cross).splitlines()
+                if not any(s and (p.startswith((s + ".", s + "[", s + ":"))) for s in shadowed)]
+    except ValidationError:
+        return []
+    return []
 
 
 def load_spec(path: Path) -> Experiment:
@@ -599,17 +765,17 @@ def load_spec(path: Path) -> Experiment:
     return validate_spec(read_toml(path), str(path))
 
 
-def dotted(loc: tuple[Any, ...] | list[Any], data: Any) -> str:
-    """Turn a pydantic error location into ``a.b[1].c``, dropping union tags.
+def data_path(loc: tuple[Any, ...] | list[Any], data: Any) -> list[str | int]:
+    """The keys and indices of a pydantic error location inside data, union tags dropped.
 
     loc: the error's ``loc``; data: the input it refers to (to tell keys from tags).
     """
-    out = ""
+    out: list[str | int] = []
     node = data
     for n, part in enumerate(loc):
         last = n == len(loc) - 1
         if isinstance(part, int):
-            out += f"[{part}]"
+            out.append(part)
             node = node[part] if isinstance(node, list) and 0 <= part < len(node) else None
             continue
         if isinstance(node, dict) and part in node:
@@ -618,8 +784,77 @@ def dotted(loc: tuple[Any, ...] | list[Any], data: Any) -> str:
             continue  # a union tag pydantic adds to the location, not a key
         else:
             node = None
-        out += f".{part}" if out else str(part)
+        out.append(part)
     return out
+
+
+def _show_parts(parts: list[str | int]) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def dotted(loc: tuple[Any, ...] | list[Any], data: Any) -> str:
+    """Turn a pydantic error location into ``a.b[1].c``, dropping union tags.
+
+    loc: the error's ``loc``; data: the input it refers to (to tell keys from tags).
+    """
+    return _show_parts(data_path(loc, data))
+
+
+def unknown_key_hint(loc: tuple[Any, ...] | list[Any], data: Any) -> str:
+    """``did you mean 'delay'?`` (or the allowed keys) for an unknown key at loc.
+
+    loc: the location of the unknown key (its last part); data: the validated input.
+    """
+    model = _model_at(data_path(loc, data)[:-1], data)
+    if model is None:
+        return "remove it"
+    allowed = sorted(model.model_fields)
+    close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+    return f"did you mean {close[0]!r}?" if close else "allowed: " + ", ".join(allowed)
+
+
+def _model_at(parts: list[str | int], data: Any) -> type[BaseModel] | None:
+    """The spec model that validates the table at parts (keys/indices) of data."""
+    tp: Any = Experiment
+    node: Any = data
+    for part in parts:
+        tp = _resolve(tp, node)
+        if isinstance(part, int):
+            args = get_args(tp) if get_origin(tp) is list else ()
+            if not args:
+                return None
+            tp = args[0]
+            node = node[part] if isinstance(node, list) and 0 <= part < len(node) else None
+        elif isinstance(tp, type) and issubclass(tp, BaseModel) and part in tp.model_fields:
+            tp = tp.model_fields[part].annotation
+            node = node.get(part) if isinstance(node, dict) else None
+        else:
+            return None
+    tp = _resolve(tp, node)
+    return tp if isinstance(tp, type) and issubclass(tp, BaseModel) else None
+
+
+def _resolve(tp: Any, node: Any) -> Any:
+    """Strip Annotated and Optional; pick a union's member by the table's ``kind``."""
+    while get_origin(tp) is Annotated:
+        tp = get_args(tp)[0]
+    if get_origin(tp) in (Union, types.UnionType):
+        members = [_resolve(m, node) for m in get_args(tp) if m is not type(None)]
+        if len(members) == 1:
+            return members[0]
+        kind = node.get("kind") if isinstance(node, dict) else None
+        for m in members:
+            if isinstance(m, type) and issubclass(m, BaseModel) and "kind" in m.model_fields:
+                ann = m.model_fields["kind"].annotation
+                if get_origin(ann) is Literal and kind in get_args(ann):
+                    return m
+        if isinstance(kind, str) and ":" in kind:
+            return CustomTopology
+        return None
+    return tp
 
 
 def show_value(value: Any) -> str:
@@ -644,24 +879,61 @@ _TYPE_WORDS = {
 }
 
 
-def describe_validation_error(exc: ValidationError, data: Any) -> str:
-    """One line for the first error of a pydantic `ValidationError`: key path and remedy.
+def validation_problems(exc: ValidationError, data: Any) -> list[str]:
+    """One ``key path: what is wrong; hint`` line per error of a pydantic `ValidationError`.
 
-    exc: the error; data: the dict that was validated.
+    exc: the error; data: the dict that was validated. Duplicates are dropped.
     """
-    errors = exc.errors(include_url=False)
-    err = errors[0]
+    out: list[str] = []
+    for err in exc.errors(include_url=False):
+        line = describe_error(err, data)
+        if line not in out:
+            out.append(line)
+    return out
+
+
+def describe_validation_error(exc: ValidationError, data: Any) -> str:
+    """Every problem of a pydantic `ValidationError`, one line each (see `validation_problems`)."""
+    return "\n".join(validation_problems(exc, data))
+
+
+def suggest_name(value: Any, pattern: str) -> str | None:
+    """value made to match pattern (spaces and other characters -> '-' or '_', lower case
+    where required), or None when that does not work.  ``"my experiment"`` ->
+    ``"my-experiment"``, path ``"WiFi"`` -> ``"wifi"``."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    text = value.strip()
+    if pattern in (PATH_RE, CC_RE):
+        text = re.sub(r"[^a-z0-9_]+", "_", text.lower())
+    else:
+        text = re.sub(r"[^A-Za-z0-9_-]+", "-", text)
+    text = text.strip("-_")
+    return text if text != value and re.fullmatch(pattern, text) else None
+
+
+def _choice_hint(value: Any, expected: str) -> str:
+    """``did you mean 'mptcp'?`` when value is close to one of the quoted choices, else
+    ``use <expected>``."""
+    choices = re.findall(r"'([^']*)'", expected)
+    close = difflib.get_close_matches(value, choices, n=1) if isinstance(value, str) else []
+    return f"did you mean {close[0]!r}?" if close else f"use {expected}"
+
+
+def describe_error(err: Any, data: Any) -> str:
+    """One line for one pydantic error (an item of ``exc.errors()``): key path and remedy.
+
+    err: the error dict; data: the dict that was validated.
+    """
     loc = list(err["loc"])
     etype = err["type"]
     ctx = err.get("ctx") or {}
     value = err.get("input")
-    more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" \
-        if len(errors) > 1 else ""
-    if etype == "unknown_key":
-        return f"{dotted([*loc, ctx['key']], data)}: unknown key; {ctx['hint']}{more}"
+    if etype == "extra_forbidden":
+        return f"{dotted(loc, data)}: unknown key; {unknown_key_hint(loc, data)}"
     path = dotted(loc, data) or "(top level)"
     if etype == "missing":
-        return f"{path}: missing; this key is required{more}"
+        return f"{path}: missing; this key is required"
     if etype in ("union_tag_invalid", "union_tag_not_found", "unknown_kind"):
         expected = ctx.get("expected_tags") or ctx.get("expected") or WORKLOAD_KINDS
         kind = value.get("kind") if isinstance(value, dict) else None
@@ -669,27 +941,31 @@ def describe_validation_error(exc: ValidationError, data: Any) -> str:
             path = path.rsplit(".", 1)[0] if "." in path else ""
         prefix = f"{path}.kind" if path else "kind"
         if kind is None:
-            return f"{prefix}: missing; use {expected}{more}"
-        return f"{prefix}: unknown kind {show_value(kind)}; use {expected}{more}"
+            return f"{prefix}: missing; use {expected}"
+        return f"{prefix}: unknown kind {show_value(kind)}; {_choice_hint(kind, expected)}"
     if etype == "literal_error":
-        return f"{path}: {show_value(value)} is not allowed; use {ctx.get('expected')}{more}"
+        return f"{path}: {show_value(value)} is not allowed; " \
+               f"{_choice_hint(value, str(ctx.get('expected')))}"
     if etype == "string_pattern_mismatch":
-        form = _PATTERN_WORDS.get(ctx.get("pattern", ""), f"match {ctx.get('pattern')}")
-        return f"{path}: {show_value(value)} is not a valid name; {form}{more}"
+        pattern = ctx.get("pattern", "")
+        form = _PATTERN_WORDS.get(pattern, f"match {pattern}")
+        guess = suggest_name(value, pattern)
+        hint = f"did you mean {show_value(guess)}? ({form})" if guess else form
+        return f"{path}: {show_value(value)} is not a valid name; {hint}"
     if etype in _TYPE_WORDS:
-        return f"{path}: {show_value(value)} is not {_TYPE_WORDS[etype]}{more}"
+        return f"{path}: {show_value(value)} is not {_TYPE_WORDS[etype]}"
     if etype == "too_short":
         return f"{path}: needs at least {ctx.get('min_length')} entr" \
-               f"{'y' if ctx.get('min_length') == 1 else 'ies'}{more}"
+               f"{'y' if ctx.get('min_length') == 1 else 'ies'}"
     if etype == "too_long":
-        return f"{path}: has more than the {ctx.get('max_length')} entries allowed{more}"
+        return f"{path}: has more than the {ctx.get('max_length')} entries allowed"
     msg = err["msg"]
     for prefix in ("Value error, ", "Assertion failed, "):
         if msg.startswith(prefix):
             msg = msg[len(prefix):]
     if msg.startswith("Input should be"):
         msg = f"{show_value(value)} must be" + msg[len("Input should be"):]
-    return f"{path}: {msg}{more}"
+    return f"{path}: {msg}"
 
 
 def spec_to_data(exp: Experiment) -> dict[str, Any]:

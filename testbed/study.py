@@ -14,9 +14,11 @@ slower inside; metadata says ``analysis = "host"`` for such runs).
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from testbed.errors import InputError, TestbedError
 
@@ -62,26 +64,13 @@ def study_outputs(studies: list[Path], variant: str, out: Path | None) -> list[P
     return [base / f"{s.resolve().name}-{variant}" for s in studies]
 
 
-def run_study(study: Path, variant: str = "quick", out: Path | None = None,
-              only: list[str] | None = None, fail_fast: bool = False,
-              reports: bool = True, fresh_networks: bool = False,
-              analyze: bool = True) -> StudyOutcome:
-    """Run every spec of the study variant, then write the reports.
+def plan_study(study: Path, variant: str, only: list[str] | None = None,
+               overrides: list[str] | None = None) -> dict[Path, list[Any]]:
+    """Every spec of the study variant (or those in only) -> its validated runs.
 
-    study: the study folder; variant: quick | full; out: output folder;
-    only: spec stems to run (default all); fail_fast: stop at the first failed run;
-    reports: write the reports (off inside the VM: the host writes them afterwards,
-    where plotting is 20x faster than under software emulation); fresh_networks: build a
-    network for every run (default: consecutive runs that may share one do, across the
-    study's specs; see `testbed.reuse`); analyze: False leaves each run's analysis to
-    `finish_analysis` (inside the VM: the host does it afterwards, ~10x faster).
+    study: the study folder; variant: quick | full; only: spec stems (default all);
+    overrides: ``KEY=VALUE`` strings applied to every spec (``--set``).
     """
-    from functools import partial
-
-    from testbed.progress import SweepProgress
-    from testbed.results import run_sweep
-    from testbed.reuse import NetworkKeeper
-    from testbed.runner import execute_run
     from testbed.sweep import plan_runs
 
     specs = study_specs(study, variant)
@@ -91,11 +80,38 @@ def run_study(study: Path, variant: str = "quick", out: Path | None = None,
             raise InputError(f"--only {', '.join(unknown)}: not a spec of {study}/{variant} "
                              f"(have {', '.join(s.stem for s in specs)})")
         specs = [s for s in specs if s.stem in only]
+    return {spec: plan_runs(spec, overrides or []) for spec in specs}
+
+
+def run_study(study: Path, variant: str = "quick", out: Path | None = None,
+              only: list[str] | None = None, fail_fast: bool = False,
+              reports: bool = True, fresh_networks: bool = False,
+              analyze: bool = True, overrides: list[str] | None = None) -> StudyOutcome:
+    """Run every spec of the study variant, then write the reports.
+
+    study: the study folder; variant: quick | full; out: output folder;
+    only: spec stems to run (default all); fail_fast: stop at the first failed run;
+    reports: write the reports (off inside the VM: the host writes them afterwards,
+    where plotting is 20x faster than under software emulation); fresh_networks: build a
+    network for every run (default: consecutive runs that may share one do, across the
+    study's specs; see `testbed.reuse`); analyze: False leaves each run's analysis to
+    `finish_analysis` (inside the VM: the host does it afterwards, ~10x faster);
+    overrides: ``--set KEY=VALUE`` strings applied to every spec.
+    """
+    from functools import partial
+
+    from testbed.progress import SweepProgress
+    from testbed.results import run_sweep
+    from testbed.reuse import NetworkKeeper
+    from testbed.runner import check_kernel_support, execute_run, recover_bundle
+
     out = out or default_out(study, variant)
     outcome = StudyOutcome(out=out)
     # validate every spec before running anything: a typo in the last one should not
     # surface after twenty minutes of runs
-    plans = {spec: plan_runs(spec) for spec in specs}
+    plans = plan_study(study, variant, only, overrides)
+    check_kernel_support([p for ps in plans.values() for p in ps])
+    sets = "".join(f" --set {shlex.quote(o)}" for o in overrides or [])
     with NetworkKeeper(keep=not fresh_networks, state_dir=out) as keeper:
         execute = partial(execute_run, keeper=keeper, analyze=analyze)
         for i, (spec, spec_plans) in enumerate(plans.items(), 1):
@@ -103,10 +119,11 @@ def run_study(study: Path, variant: str = "quick", out: Path | None = None,
             outcome.specs[spec.stem] = spec_out
             print(f"study {study.name} ({variant}): spec {i}/{len(plans)} {spec.stem}, "
                   f"{len(spec_plans)} run(s) -> {spec_out}", file=sys.stderr, flush=True)
-            extra = {"command": f"testbed study {study} --variant {variant}",
+            extra = {"command": f"testbed study {study} --variant {variant}{sets}",
                      "spec_file": str(spec), "study": study.name, "variant": variant}
             report = run_sweep(spec_plans, spec_out, execute, fail_fast=fail_fast,
-                               progress=SweepProgress(), extra_meta=extra)
+                               progress=SweepProgress(), extra_meta=extra,
+                               recover=recover_bundle)
             if report.failed:
                 outcome.failed[spec.stem] = "; ".join(f"{rid}: {err}"
                                                       for rid, err in report.failed)
@@ -158,7 +175,7 @@ def write_study_report(study: Path, out: Path) -> Path:
 
 def in_vm_argv(studies: list[Path], variant: str, out: Path | None,
                only: list[str] | None, fail_fast: bool,
-               fresh_networks: bool = False) -> list[str]:
+               fresh_networks: bool = False, overrides: list[str] | None = None) -> list[str]:
     """The command that re-runs this very ``testbed study`` inside the VM, without the
     analysis and the reports (the caller does both on this machine afterwards)."""
     exe = Path(sys.prefix) / "bin" / "testbed"
@@ -174,6 +191,8 @@ def in_vm_argv(studies: list[Path], variant: str, out: Path | None,
         argv.append("--fail-fast")
     if fresh_networks:
         argv.append("--fresh-networks")
+    for o in overrides or []:
+        argv += ["--set", o]
     return argv
 
 

@@ -43,6 +43,7 @@ KeyPath = list[str | int]
 
 _SEGMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_-]*)((?:\[[0-9]+\])*)$")
 _NOT_SWEPT = ("name", "sweep", "repetitions", "repetition")
+MAX_RUNS = 10_000  # sweep grid points x repetitions; more is a mistake, not an experiment
 
 
 def parse_key_path(text: str, where: str) -> KeyPath:
@@ -215,13 +216,35 @@ def _sweep_axes(data: dict[str, Any], source: str) -> list[tuple[str, KeyPath, l
     return axes
 
 
-def expand(data: dict[str, Any], source: str = "spec") -> list[RunPlan]:
+def _check_grid_size(axes: list[tuple[str, KeyPath, list[Any]]], data: dict[str, Any],
+                     source: str) -> None:
+    """Refuse a grid (x repetitions) above `MAX_RUNS` before any point is built."""
+    points = 1
+    for _, _, values in axes:
+        points *= len(values)
+    reps = data.get("repetitions", 1)
+    reps = reps if isinstance(reps, int) and not isinstance(reps, bool) and reps > 0 else 1
+    if data.get("repetition") is not None:
+        reps = 1
+    if points * reps > MAX_RUNS:
+        shape = " x ".join(str(len(v)) for _, _, v in axes) or "1"
+        raise SpecError(f"{source}: sweep: the grid has {points} points ({shape})"
+                        + (f" x {reps} repetitions = {points * reps} runs" if reps > 1
+                           else "")
+                        + f"; the most allowed is {MAX_RUNS} runs; split the sweep")
+
+
+def expand(data: dict[str, Any], source: str = "spec",
+           labels: dict[str, str] | None = None) -> list[RunPlan]:
     """All runs of a spec dict (overrides already applied), each validated.
 
-    data: the parsed spec; source: file name for messages. Raises `SpecError` for the
-    first invalid point, naming the swept values that produced it.
+    data: the parsed spec; source: file name for messages; labels: shown key path ->
+    ``--set KEY`` for keys set from the command line (see `override_labels`). Raises
+    `SpecError` for the first invalid point (every problem of it, one line each), naming
+    the swept values that produced it.
     """
     axes = _sweep_axes(data, source)
+    _check_grid_size(axes, data, source)
     base = {k: v for k, v in data.items() if k != "sweep"}
     points: list[tuple[dict[str, Any], Experiment]] = []
     for combo in itertools.product(*(values for _, _, values in axes)):
@@ -231,12 +254,13 @@ def expand(data: dict[str, Any], source: str = "spec") -> list[RunPlan]:
             set_key(point, path, copy.deepcopy(value), f"{source}: sweep.\"{canon}\"")
             params[canon] = value
         try:
-            exp = validate_spec(point, source)
+            exp = validate_spec(point, source, labels)
         except SpecError as exc:
             if not params:
                 raise
             where = ", ".join(f"{k} = {show_value(v)}" for k, v in params.items())
-            raise SpecError(f"{exc} (in the sweep point {where})") from None
+            raise SpecError("\n".join(f"{line} (in the sweep point {where})"
+                                      for line in str(exc).splitlines())) from None
         points.append((params, exp))
     if not points:  # an axis with no values was refused above; keep the type checker calm
         raise SpecError(f"{source}: the sweep has no points")
@@ -262,4 +286,16 @@ def plan_runs(spec_path: Path, overrides: list[str] | None = None) -> list[RunPl
     """
     data = read_toml(spec_path)
     data = apply_overrides(data, overrides or [])
-    return expand(data, str(spec_path))
+    return expand(data, str(spec_path), override_labels(overrides or []))
+
+
+def override_labels(overrides: list[str]) -> dict[str, str]:
+    """Key path as problems show it (``topology.paths[0].bw``) -> ``--set KEY`` as typed.
+
+    overrides: the ``KEY=VALUE`` strings (already checked by `apply_overrides`).
+    """
+    out: dict[str, str] = {}
+    for text in overrides:
+        path, _ = parse_override(text)
+        out[_show_path(path)] = f"--set {text.partition('=')[0].strip()}"
+    return out

@@ -143,9 +143,11 @@ def check_sysctls(extra: Mapping[str, Any]) -> dict[str, str]:
     """
     out = {}
     for key, value in extra.items():
-        if not _SYSCTL_KEY.match(key):
+        parts = re.split(r"[./]", key)
+        if not _SYSCTL_KEY.match(key) or any(p in ("", ".", "..") for p in parts):
             raise InputError(f"transport.sysctl: {key!r} is not a per-namespace network "
-                             "sysctl; only net.* keys can be set per host")
+                             "sysctl; only net.* keys can be set per host (no empty, "
+                             "'.' or '..' parts)")
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             raise InputError(f"transport.sysctl.{key}: {value!r} must be a string or number")
         out[key] = str(value)

@@ -10,7 +10,10 @@ Each is parsed once into a plain number in base units:
   KB/MB/GB are powers of 1000, KiB/MiB/GiB powers of 1024.
 * percent   ``"1%"``, ``"0.5%"`` -> percentage points (float, 0..100).
 
-A malformed string raises `UnitError` with the expected form.
+Every value is finite and bounded (`MAX_RATE_BPS`, `MAX_DURATION_S`, `MAX_SIZE_BYTES`,
+100 % for percentages), so no spec can produce ``inf`` or an integer too large for the
+tools it is handed to. A malformed or out-of-range string raises `UnitError` with the
+expected form.
 """
 
 from __future__ import annotations
@@ -28,6 +31,10 @@ _DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0,
 _SIZE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
                "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
+MAX_RATE_BPS = 10**12          # 1 Tbit/s
+MAX_DURATION_S = 7 * 86400.0   # one week
+MAX_SIZE_BYTES = 2**40         # 1 TiB
+
 _RE = re.compile(r"^\s*(?P<full>" + _NUM + r")\s*(?P<unit>[A-Za-zµ%]+)\s*$")
 
 
@@ -43,6 +50,14 @@ def _split(text: object, what: str, example: str) -> tuple[float, str]:
     return value, m.group("unit")
 
 
+def _bounded(text: object, value: float, factor: float, limit: float, what: str,
+             shown: str) -> float:
+    """value x factor, refused (UnitError) when it is above limit; never inf/overflow."""
+    if value > limit / factor:
+        raise UnitError(f"{text!r} is too large for a {what}; the most allowed is {shown}")
+    return value * factor
+
+
 def parse_rate(text: object) -> int:
     """Parse a rate such as ``"10Mbit"`` into bits per second."""
     value, unit = _split(text, "rate", "4Mbit")
@@ -51,7 +66,7 @@ def parse_rate(text: object) -> int:
         hint = " (tc reads 'mbps' as megabytes/s; write bits, e.g. '4Mbit')" \
             if unit.lower().endswith("ps") else ""
         raise UnitError(f"{text!r} is not a rate; use e.g. '4Mbit'{hint}")
-    return round(value * factor)
+    return round(_bounded(text, value, factor, MAX_RATE_BPS, "rate", "1Tbit"))
 
 
 def parse_duration(text: object) -> float:
@@ -60,7 +75,7 @@ def parse_duration(text: object) -> float:
     factor = _DURATION_UNITS.get(unit if unit == "µs" else unit.lower())
     if factor is None:
         raise UnitError(f"{text!r} is not a duration; use e.g. '10ms', '25us' or '1.5s'")
-    return value * factor
+    return _bounded(text, value, factor, MAX_DURATION_S, "duration", "168h (one week)")
 
 
 def parse_size(text: object) -> int:
@@ -69,7 +84,7 @@ def parse_size(text: object) -> int:
     factor = _SIZE_UNITS.get(unit.lower())
     if factor is None:
         raise UnitError(f"{text!r} is not a size; use e.g. '1500B', '200KB', '20MB' or '64KiB'")
-    return round(value * factor)
+    return round(_bounded(text, value, factor, MAX_SIZE_BYTES, "size", "1TiB"))
 
 
 def parse_percent(text: object) -> float:

@@ -117,15 +117,20 @@ def kvm_works(runner: CommandRunner, vng: str, kernel: Path, refresh: bool = Fal
     return ok
 
 
-def guest_command(cmd: list[str], env: dict[str, str] | None = None) -> str:
+def guest_command(cmd: list[str], env: dict[str, str] | None = None,
+                  accel: str | None = None) -> str:
     """The shell line the VM runs: the guest helper around cmd, with passed-through env.
 
-    cmd: the user's command; env: environment of the caller (defaults to os.environ).
+    cmd: the user's command; env: environment of the caller (defaults to os.environ);
+    accel: ``kvm`` or ``tcg``, passed as ``TESTBED_VM_ACCEL`` (what the guest's
+    numbers can be compared with).
     """
     env = dict(os.environ if env is None else env)
     passed = {k: env[k] for k in PASS_ENV if k in env}
     passed.update({k: v for k, v in env.items() if k.startswith("TESTBED_")})
     passed["TESTBED_IN_VM"] = "1"
+    if accel is not None:
+        passed["TESTBED_VM_ACCEL"] = accel
     passed["PATH"] = os.pathsep.join([str(Path(sys.prefix) / "bin"), "/usr/local/sbin",
                                       "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"])
     assigns = [f"{k}={v}" for k, v in sorted(passed.items())]
@@ -169,6 +174,45 @@ def writable_trees(cwd: str) -> list[tuple[str, str]]:
     if not _is_private(cwd) or cwd in PRIVATE_IN_VM or not _exportable(cwd):
         return []
     return [("tb_cwd", cwd)]
+
+
+def output_trees(outputs: list[Path], shared: list[str]) -> list[tuple[str, str]]:
+    """Result folders the guest must write through to this machine: (tag, path) each.
+
+    A folder under a path the VM keeps private (`PRIVATE_IN_VM`: vng's overlay over /tmp)
+    is made here first and exported writable, so the guest mounts it at the same path and
+    what the run writes there lands where the user asked.  Folders elsewhere are on the
+    shared root already.  outputs: result folders (absolute or relative to the working
+    directory); shared: paths already exported (`writable_trees`).
+    Raises `InputError` for a private folder that qemu cannot export (a comma or a
+    character vng's unquoted shell line cannot carry), before anything starts.
+    """
+    trees: list[tuple[str, str]] = []
+    for out in outputs:
+        path = os.path.abspath(out)
+        if not _is_private(path) or path in PRIVATE_IN_VM:
+            continue
+        if any(path == p or path.startswith(p + "/") for p in shared + [t for _, t in trees]):
+            continue
+        if not _exportable(path):
+            raise InputError(f"--out {path}: a results folder under "
+                             f"{', '.join(PRIVATE_IN_VM)} must reach the VM through qemu, "
+                             "which cannot name a path with spaces, commas or quotes; "
+                             "choose a plain path")
+        Path(path).mkdir(parents=True, exist_ok=True)
+        trees.append((f"tb_out{len(trees)}", path))
+    return trees
+
+
+def output_mounts(trees: list[tuple[str, str]]) -> str:
+    """The guest shell line that mounts each result folder at its own path, or stops the
+    VM's command with exit 2 and one line when one cannot be mounted (the run would
+    otherwise write into the VM's private overlay and its results would vanish)."""
+    return _per_tree(trees, lambda tag, q: (
+        f"{{ mkdir -p {q} && mount -t 9p -o {WRITABLE_MOUNT_OPTS} {tag} {q}; }} || "
+        f"{{ echo 'testbed vm: error: cannot share '{q}' with the VM, so results written "
+        "there would not reach this machine; use a results folder outside /tmp' >&2; "
+        "exit 2; }"))
 
 
 def _exportable(path: str) -> bool:
@@ -230,11 +274,14 @@ def _per_tree(trees: list[tuple[str, str]], line: Callable[[str, str], str]) -> 
 
 
 def run_in_vm(cmd: list[str], kernel: Path | None = None, memory: str = "2G", cpus: int = 2,
-              kvm: str = "auto", quiet: bool = False) -> int:
+              kvm: str = "auto", quiet: bool = False,
+              outputs: list[Path] | None = None) -> int:
     """Boot the VM, run cmd inside it with output streamed, return cmd's exit code.
 
     cmd: command and arguments; kernel: image (default newest in /boot); memory: VM memory;
-    cpus: VM CPUs; kvm: "auto" (probe), "on" or "off"; quiet: no status line on stderr.
+    cpus: VM CPUs; kvm: "auto" (probe), "on" or "off"; quiet: no status line on stderr;
+    outputs: folders cmd writes results into: they reach this machine wherever they are
+    (`output_trees`), or the call refuses before booting.
     """
     if not cmd:
         raise InputError("testbed vm: no command given; use `testbed vm -- CMD ARGS...`")
@@ -262,7 +309,8 @@ def run_in_vm(cmd: list[str], kernel: Path | None = None, memory: str = "2G", cp
         print(f"testbed vm: booting {image.name} with {mode}, {cpus} CPUs, {memory}",
               file=sys.stderr, flush=True)
     writable = writable_trees(os.getcwd())
-    shared = [p for _t, p in writable]
+    outs = output_trees(list(outputs or []), [p for _t, p in writable])
+    shared = [p for _t, p in writable + outs]
     private = [a for a in cmd if (a == "/tmp" or a.startswith(("/tmp/", "/run/")))
                and not any(a == p or a.startswith(p + "/") for p in shared)]
     if private and not quiet:
@@ -279,10 +327,11 @@ def run_in_vm(cmd: list[str], kernel: Path | None = None, memory: str = "2G", cp
     try:
         cached = [] if os.environ.get("TESTBED_VM_CACHE") == "0" else cached_trees()
         # the writable tree first: the venv may live inside the checkout
-        lines = [writable_mounts(writable), cached_mounts(cached), guest_command(cmd)]
+        lines = [writable_mounts(writable), output_mounts(outs), cached_mounts(cached),
+                 guest_command(cmd, accel="kvm" if use_kvm else "tcg")]
         inner = "; ".join(line for line in lines if line)
-        rc = runner.call(vng_argv(vng, image, memory, cpus, use_kvm, inner, cached, writable),
-                         env=vng_env(), relay=True)
+        rc = runner.call(vng_argv(vng, image, memory, cpus, use_kvm, inner, cached,
+                                  writable + outs), env=vng_env(), relay=True)
     finally:
         with contextlib.suppress(ValueError):
             signal.signal(signal.SIGTERM, previous)

@@ -277,6 +277,61 @@ def test_single_path(fabric: Fabric) -> None:
     fabric.ctl.check_alive()
 
 
+def test_single_path_keeps_every_flow_in_order(fabric: Fabric) -> None:
+    """Issue 16: under single-path forwarding (which cannot reorder a flow) a long TCP
+    flow and short flows arrive in their sender's order: at most 0.1 % of the data
+    segments sent once arrive after a segment sent later, counted from captures at each
+    sender and receiver (`analysis.order`)."""
+    from analysis.capture import CaptureAnalysis
+    from analysis.order import between_captures
+    from testbed.capture import CaptureSet
+
+    figs = use(fabric, "single_path")
+    pdir = fabric.workdir / "order-single-path"
+    shutil.rmtree(pdir, ignore_errors=True)
+    hosts = ("S0", "S1", "S4", "S14", "S15")
+    caps = CaptureSet(fabric.runner, pdir, pdir, 128)
+    for h in hosts:
+        caps.add(fabric.net.host(h), f"{h}-eth0")
+    caps.start()
+    try:
+        # one long flow and three short ones at once, across pods and within one
+        long_ = fabric.runner.spawn(["iperf3", "-s", "-1", "-p", "5301"],
+                                    host=fabric.net.host("S15"))
+        shorts = [fabric.runner.spawn(["iperf3", "-s", "-1", "-p", str(5302 + i)],
+                                      host=fabric.net.host(dst))
+                  for i, dst in enumerate(("S15", "S14", "S14"))]
+        time.sleep(1.0)
+        clients = [fabric.runner.spawn(["iperf3", "-c", "10.3.1.3", "-p", "5301", "-t",
+                                        str(FLOW_S + 2)], host=fabric.net.host("S0"))]
+        time.sleep(1.0)
+        for i, (src, ip) in enumerate((("S1", "10.3.1.3"), ("S4", "10.3.1.2"),
+                                       ("S1", "10.3.1.2"))):
+            clients.append(fabric.runner.spawn(["iperf3", "-c", ip, "-p", str(5302 + i),
+                                                "-n", "300K"], host=fabric.net.host(src)))
+        for c in clients:
+            c.wait(timeout=FLOW_S + 300)
+            c.stop()
+        for srv in [long_, *shorts]:
+            srv.stop()
+    finally:
+        caps.stop()
+    analysed = {h: CaptureAnalysis.of(pdir / f"{h}-eth0.pcap") for h in hosts}
+    flows: dict[str, tuple[int, int]] = {}
+    for snd in ("S0", "S1", "S4"):
+        for rcv in ("S14", "S15"):
+            flows.update(between_captures(analysed[snd], analysed[rcv]))
+    data = {fid: c for fid, c in flows.items() if c[0] >= 100}  # the data connections
+    counted = sum(c for c, _late in data.values())
+    late = sum(late for _c, late in data.values())
+    figs["order"] = {"flows": len(data), "segments": counted, "late": late,
+                     "per_flow": {fid: list(c) for fid, c in data.items()}}
+    assert len(data) == 4, flows
+    assert counted > 1500, data
+    for fid, (c, lt) in data.items():
+        assert lt <= 0.001 * c, f"{fid}: {lt} of {c} segments arrived after a later one"
+
+
 def test_ecmp(fabric: Fabric) -> None:
     figs = use(fabric, "ecmp")
     pings = reachability(fabric, figs)

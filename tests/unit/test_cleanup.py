@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
+import stat
+import subprocess
 from pathlib import Path
 
+import pytest
+
 from testbed import cleanup as cl
+from testbed.errors import InputError
 
 
 def test_manifest_round_trip(tmp_path: Path) -> None:
@@ -26,3 +32,142 @@ def test_netns_lookup_finds_this_process_namespace() -> None:
 
 def test_is_mininet_shell_checks_the_cmdline() -> None:
     assert not cl.is_mininet_shell(os.getpid(), "h1")
+
+
+# -- trusted manifests (issue 19) --------------------------------------------------------
+
+class RecordingRunner:
+    """Answers `ip -o link show` / `ovs-vsctl list-br` as if everything existed; records
+    every command, so a test sees what a clean-up would delete."""
+
+    def __init__(self, links=("s1-eth1", "eth0"), bridges=("s1", "br-ex")):
+        self.cmds: list[list[str]] = []
+        self.links, self.bridges = links, bridges
+
+    def run(self, argv, **_kw):
+        from testbed.commands import Result
+
+        self.cmds.append(list(argv))
+        out = ""
+        if argv[:3] == ["ip", "-o", "link"]:
+            out = "".join(f"{i}: {n}: <UP>\n" for i, n in enumerate(self.links, 1))
+        elif "list-br" in argv:
+            out = "\n".join(self.bridges)
+        return Result(list(argv), 0, out, "", 0.0)
+
+    def ok(self, argv, **_kw):
+        self.cmds.append(list(argv))
+        return True
+
+    def deletions(self):
+        return [c for c in self.cmds if "del" in c or "del-br" in c or "delete" in c]
+
+
+def test_a_planted_manifest_without_a_trusted_copy_removes_nothing(tmp_path):
+    planted = tmp_path / "bundle" / "logs" / "network" / "network.json"
+    planted.parent.mkdir(parents=True)
+    planted.write_text(json.dumps({"interfaces": ["eth0"], "bridges": ["br-ex"],
+                                   "nft_tables": [["inet", "firewall"]]}))
+    runner = RecordingRunner()
+    report = cl.cleanup_from_manifest(planted, runner)
+    assert runner.deletions() == []
+    assert "no copy in the testbed's state directory" in report["untrusted"][0]
+
+
+def test_only_the_trusted_copy_is_acted_on(tmp_path):
+    path = tmp_path / "network.json"
+    cl.Manifest(interfaces=["s1-eth1"], bridges=["s1"]).write(path)
+    path.write_text(json.dumps({"interfaces": ["eth0"], "bridges": ["br-ex"]}))  # tampered
+    runner = RecordingRunner()
+    report = cl.cleanup_from_manifest(path, runner)
+    assert runner.deletions() == [["ip", "link", "del", "dev", "s1-eth1"],
+                                  ["ovs-vsctl", "--timeout=10", "--if-exists", "del-br", "s1"]]
+    assert "differs" in report["untrusted"][0]
+    assert not cl.state_copy(path).exists()  # used once, then forgotten
+    assert cl.cleanup_from_manifest(path, RecordingRunner())["untrusted"]
+
+
+def test_manifest_write_is_atomic_and_keeps_one_trusted_copy(tmp_path, _private_state_dir):
+    m = cl.Manifest(bridges=["s1"])
+    m.write(tmp_path / "a" / "network.json")
+    m.write(tmp_path / "b" / "network.json")
+    copies = list((_private_state_dir / "networks").iterdir())
+    assert copies == [cl.state_copy(tmp_path / "b" / "network.json")]
+    assert not list(tmp_path.rglob("*.tmp"))
+    m.discard()
+    assert not list((_private_state_dir / "networks").iterdir())
+
+
+@pytest.mark.parametrize("bad", [[], {"hosts": {"h1": "1; rm"}}, {"bridges": "s1"},
+                                 {"nft_tables": [["inet"]]}, {"evil": 1},
+                                 {"processes": {"c": [1]}}])
+def test_malformed_manifests_are_refused(tmp_path, bad):
+    p = tmp_path / "m.json"
+    p.write_text(json.dumps(bad))
+    with pytest.raises(InputError, match="not a network manifest"):
+        cl.Manifest.read(p)
+
+
+def test_state_dir_must_be_private(tmp_path, monkeypatch):
+    open_dir = tmp_path / "open"
+    open_dir.mkdir(mode=0o777)
+    open_dir.chmod(0o777)
+    monkeypatch.setenv(cl.STATE_DIR_ENV, str(open_dir))
+    with pytest.raises(InputError, match="state directory"):
+        cl.state_dir()
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path)
+    monkeypatch.setenv(cl.STATE_DIR_ENV, str(link))
+    with pytest.raises(InputError, match="state directory"):
+        cl.state_dir()
+    monkeypatch.setenv(cl.STATE_DIR_ENV, str(tmp_path / "new"))
+    assert stat.S_IMODE(os.stat(cl.state_dir()).st_mode) == 0o700
+
+
+def test_the_recorded_controller_is_ended_after_a_sigkill_of_the_run(tmp_path):
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        m = cl.Manifest()
+        m.record_process("controller", proc.pid)
+        path = tmp_path / "network.json"
+        m.write(path)
+        report = cl.cleanup_from_manifest(path, RecordingRunner())
+        assert proc.wait(timeout=5) is not None
+        assert report["processes"] == [f"{proc.pid} (controller)"]
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_reused_controller_pid_is_not_signalled(tmp_path):
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        m = cl.Manifest(processes={"controller": [proc.pid, 1]})  # another start time
+        path = tmp_path / "network.json"
+        m.write(path)
+        cl.cleanup_from_manifest(path, RecordingRunner())
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_network_records_its_controller_in_the_trusted_manifest(tmp_path):
+    from types import SimpleNamespace
+
+    from testbed.network import Network
+
+    net = Network.__new__(Network)  # only the manifest bookkeeping
+    net.manifest, net.workdir = cl.Manifest(), tmp_path
+    net._record_controller(SimpleNamespace(proc=SimpleNamespace(pid=os.getpid())))
+    trusted = cl.Manifest.read(cl.state_copy(tmp_path / cl.MANIFEST))
+    assert trusted.processes["controller"] == [os.getpid(),
+                                               cl.process_start_time(os.getpid())]
+
+
+def test_a_study_passes_recovery_on(monkeypatch, tmp_path):
+    import inspect
+
+    from testbed import study
+
+    assert "recover=recover_bundle" in inspect.getsource(study)

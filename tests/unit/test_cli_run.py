@@ -37,7 +37,25 @@ def native(monkeypatch):
     fake = FakeRunner()
     monkeypatch.setattr(runcli, "_native_ok", lambda: True)
     monkeypatch.setattr("testbed.runner.execute_run", fake)
+    monkeypatch.setattr("testbed.runner.check_kernel_support", lambda plans: None)
     return fake
+
+
+def test_an_unavailable_cc_stops_before_the_first_run(spec, tmp_path, native, monkeypatch):
+    from testbed.errors import UnsupportedError
+
+    def refuse(plans):
+        assert len(plans) == 4  # every run's CC is checked before any runs
+        raise UnsupportedError("transport.cc: congestion control 'nosuchcc' is not "
+                               "available on this kernel; available: reno cubic")
+
+    monkeypatch.setattr("testbed.runner.check_kernel_support", refuse)
+    res = CliRunner().invoke(app, ["run", str(spec), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2
+    assert res.stderr.strip().splitlines() == [
+        "error: transport.cc: congestion control 'nosuchcc' is not available on this "
+        "kernel; available: reno cubic"]
+    assert native.calls == []
 
 
 def test_dry_run_lists_runs_and_commands(spec, tmp_path):
@@ -104,10 +122,13 @@ def test_interrupt_exits_130_and_says_how_to_resume(spec, tmp_path, monkeypatch)
 def test_reexecutes_in_the_vm_when_native_runs_are_impossible(spec, tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(runcli, "_native_ok", lambda: False)
-    monkeypatch.setattr("testbed.vm.run_in_vm", lambda argv: calls.append(argv) or 0)
+    outs = []
+    monkeypatch.setattr("testbed.vm.run_in_vm",
+                        lambda argv, outputs: calls.append(argv) or outs.append(outputs) or 0)
     res = CliRunner().invoke(app, ["run", str(spec), "--out", str(tmp_path / "o"),
                                    "--set", "duration=6s", "--fail-fast", "--fresh-networks"])
     assert res.exit_code == 0, res.stderr
+    assert outs == [[tmp_path / "o"]]  # the VM shares the results folder, wherever it is
     assert len(res.stderr.strip().splitlines()) == 1
     assert "re-running inside `testbed vm`" in res.stderr
     argv = calls[0]

@@ -179,3 +179,23 @@ def test_run_batches_checks_every_job_before_running_any() -> None:
     finally:
         tc.stop()
         ip.stop()
+
+
+def test_as_shell_shows_input_as_a_here_document() -> None:
+    from testbed.commands import Transcript, TranscriptEntry
+
+    t = Transcript()
+    t.add(TranscriptEntry(0.0, ["nft", "-f", "-"], "root", 0, 0.0, input="table x\nEOF\n"))
+    t.add(TranscriptEntry(0.0, ["mnexec", "-a", "7", "tc", "-force", "-batch", "-"], "h1",
+                          0, 0.0, input="qdisc show\n", at=2.5))
+    assert t.as_shell().splitlines()[2:] == [
+        "nft -f - <<'EOF_'", "table x", "EOF", "EOF_",
+        "# at t = 2.5s on the run's clock (after its start):",
+        "# in h1: mnexec -a 7 tc -force -batch - <<'EOF'", "# qdisc show", "# EOF"]
+
+
+def test_run_records_its_input(tmp_path) -> None:
+    runner = CommandRunner()
+    runner.run(["cat"], input="hello\n")
+    assert runner.transcript.entries[-1].input == "hello\n"
+    assert "cat <<'EOF'\nhello\nEOF" in runner.transcript.as_shell()

@@ -223,6 +223,24 @@ def test_ready_after_matching_barrier_reply(routes, tmp_path: Path) -> None:
     assert events[1]["switch"] == "E0" and events[1]["messages"] == len(dp.sent) - 1
 
 
+def test_features_handled_before_os_ken_sets_the_datapath_id(routes, tmp_path: Path) -> None:
+    # os-ken's receive thread queues the features event, then sets dp.id; with the native
+    # hub the app's thread can take the event first and see dp.id None.  Unknown DPIDs too
+    # are reported from the message.
+    status = tmp_path / "status.jsonl"
+    app = SinglePathApp(fabric=FabricContext(routes, status))
+    for dpid in (0x10000, 0x99):
+        dp = FakeDatapath(dpid)
+        dp.id = None  # type: ignore[assignment]
+        features = ofproto_v1_3_parser.OFPSwitchFeatures(dp, datapath_id=dpid)
+        app.on_switch_features(ofp_event.EventOFPSwitchFeatures(features))
+    events = [json.loads(line) for line in status.read_text().splitlines()]
+    assert [(e["event"], e["dpid"]) for e in events] == [("programming", 0x10000),
+                                                          ("error", 0x99)]
+    assert events[0]["switch"] == "E0" and 0x10000 in app.pending
+    assert "0000000000000099 is not in the layout" in events[1]["detail"]
+
+
 def test_unknown_switch_and_switch_errors_are_reported(routes, tmp_path: Path) -> None:
     status = tmp_path / "status.jsonl"
     app = EcmpApp(fabric=FabricContext(routes, status))

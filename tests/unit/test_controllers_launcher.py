@@ -11,10 +11,11 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from controllers import UnknownAppError, app_module, canonical_app, layout_for
+from controllers import UnknownAppError, app_module, canonical_app, launcher, layout_for
 from controllers.launcher import (
     ControllerProcess,
     controller_argv,
@@ -24,6 +25,7 @@ from controllers.launcher import (
     parse_status,
     readiness,
 )
+from controllers.paths import compute_routes
 from controllers.stats import chi2_sf, chi_square_uniform
 from testbed.commands import CommandRunner
 from testbed.errors import InputError, RunError
@@ -331,3 +333,109 @@ def test_port_in_use_is_refused(tmp_path: Path) -> None:
         with pytest.raises(RunError, match="already in use"):
             ctl.start()
     assert ctl.proc is None
+
+
+# The controller with os-ken's features handler slowed down: its receive thread queues the
+# features event for the app, then sleeps before it sets ``dp.id``, as a receive thread that
+# loses the CPU there does on a slow machine.  Then runs ``python -m controllers ARGS``.
+SLOW_FEATURES = """
+import functools, runpy, sys, time
+from os_ken.controller import ofp_handler
+slow = float(sys.argv[1])
+orig = ofp_handler.OFPHandler.switch_features_handler
+@functools.wraps(orig)
+def switch_features_handler(self, ev):
+    time.sleep(slow)
+    orig(self, ev)
+ofp_handler.OFPHandler.switch_features_handler = switch_features_handler
+sys.argv = ["controllers", *sys.argv[2:]]
+runpy.run_module("controllers", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_twenty_switches_at_once_with_a_slow_receive_thread(tmp_path: Path, monkeypatch) -> None:
+    """A k=4 fat-tree's 20 switches connect at once; every one is programmed although the
+    app handles each features reply before os-ken has set the datapath's id (the stall seen
+    in the VM: the handler raised on ``dp.id`` None and the native hub silently ended the
+    app's event thread after a few switches)."""
+    def slow_argv(python: str, *args: Any) -> list[str]:
+        return [python, "-c", SLOW_FEATURES, "0.3", *controller_argv(python, *args)[3:]]
+
+    monkeypatch.setattr(launcher, "controller_argv", slow_argv)
+    layout = fattree_layout(4)
+    port = free_port()
+    runner = CommandRunner()
+    ctl = ControllerProcess("ecmp", layout, port=port, log=tmp_path / "ctl.log", runner=runner,
+                            start_timeout=60, stall_s=600, max_restarts=0)
+    adj = compute_routes(layout).adj
+    switches = [FakeSwitch(port, sw.dpid, sorted(adj.ports[sw.name]))
+                for sw in layout.switches]
+    try:
+        ctl.start()
+        for sw in switches:
+            sw.start()
+        ready = ctl.wait_ready([sw.dpid for sw in layout.switches], timeout=30)
+        assert len(ready) == 20 and ctl.restarts == []
+        assert all(sw.counts[BARRIER_REQ] == 1 for sw in switches)
+        ctl.check_alive()
+    finally:
+        for sw in switches:
+            sw.close()
+        ctl.stop()
+    assert runner.running() == []
+    log = ctl.log.read_text()
+    assert "Exception occurred" not in log and "Traceback" not in log
+
+
+# The controller with a fabric app whose features handler raises on the first switch.
+FIRST_FEATURES_FAIL = """
+import functools, runpy, sys
+from controllers.base import FabricApp
+orig = FabricApp.on_switch_features
+calls = []
+@functools.wraps(orig)
+def on_switch_features(self, ev):
+    calls.append(ev)
+    if len(calls) == 1:
+        raise RuntimeError("injected handler failure")
+    orig(self, ev)
+FabricApp.on_switch_features = on_switch_features
+sys.argv = ["controllers", *sys.argv[1:]]
+runpy.run_module("controllers", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_a_failing_handler_is_logged_and_the_app_goes_on(tmp_path: Path, monkeypatch) -> None:
+    """With os-ken's native hub an exception in a handler used to end the app's event
+    thread without a word (`controllers.hubfix`); now it is logged and the other switches
+    are still programmed."""
+    def failing_argv(python: str, *args: Any) -> list[str]:
+        return [python, "-c", FIRST_FEATURES_FAIL, *controller_argv(python, *args)[3:]]
+
+    monkeypatch.setattr(launcher, "controller_argv", failing_argv)
+    layout = fattree_layout(4)
+    port = free_port()
+    ctl = ControllerProcess("single_path", layout, port=port, log=tmp_path / "ctl.log",
+                            start_timeout=60, stall_s=600, max_restarts=0)
+    adj = compute_routes(layout).adj
+    switches = [FakeSwitch(port, sw.dpid, sorted(adj.ports[sw.name]))
+                for sw in layout.switches]
+    try:
+        ctl.start()
+        for sw in switches:
+            sw.start()
+        deadline = time.time() + 30
+        ready: dict[int, float] = {}
+        while len(ready) < 19 and time.time() < deadline:
+            ready, _ = readiness(parse_status(ctl.status_file.read_text()),
+                                 [sw.dpid for sw in layout.switches])
+            time.sleep(0.1)
+        assert len(ready) == 19, f"only {len(ready)} of 19 switches programmed"
+        ctl.check_alive()
+    finally:
+        for sw in switches:
+            sw.close()
+        ctl.stop()
+    log = ctl.log.read_text()
+    assert "Exception occurred during handler processing" in log
+    assert "RuntimeError: injected handler failure" in log

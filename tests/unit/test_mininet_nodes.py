@@ -197,9 +197,9 @@ def test_batch_startup_creates_every_bridge_in_one_transaction(monkeypatch):
     calls: list[str] = []
     answers = [("", "ovs-vsctl: transaction error: busy\n", 1), ("", "", 0)]
 
-    def run(cmd: str, shell: bool = False) -> tuple[str, str, int]:
-        assert shell
-        calls.append(cmd)
+    def run(argv: list[str]) -> tuple[str, str, int]:
+        assert isinstance(argv, list)
+        calls.append(" ".join(argv))
         return answers.pop(0)
 
     sws = [queued_switch("A0", ["-- --if-exists del-br A0 -- add-br A0 "]),
@@ -216,8 +216,8 @@ def test_batch_startup_names_the_bridges_when_ovs_keeps_refusing(monkeypatch):
     monkeypatch.setattr(mininet_nodes, "VSCTL_RETRY_S", 0.0)
     calls: list[str] = []
 
-    def run(cmd: str, shell: bool = False) -> tuple[str, str, int]:
-        calls.append(cmd)
+    def run(argv: list[str]) -> tuple[str, str, int]:
+        calls.append(" ".join(argv))
         return "", "ovs-vsctl: transaction error: busy", 1
 
     sws = [queued_switch("E0", ["-- add-br E0"]), queued_switch("E1", ["-- add-br E1"])]
@@ -230,8 +230,8 @@ def test_batch_startup_splits_a_command_line_too_long_for_one_exec(monkeypatch):
     monkeypatch.setattr(ProbedOVSSwitch, "argmax", 40)
     calls: list[str] = []
 
-    def run(cmd: str, shell: bool = False) -> tuple[str, str, int]:
-        calls.append(cmd)
+    def run(argv: list[str]) -> tuple[str, str, int]:
+        calls.append(" ".join(argv))
         return "", "", 0
 
     sws = [queued_switch(f"E{i}", [f"-- add-br E{i} -- set x"]) for i in range(4)]
@@ -239,3 +239,109 @@ def test_batch_startup_splits_a_command_line_too_long_for_one_exec(monkeypatch):
     assert len(calls) == 4 and all(c.startswith("ovs-vsctl -- add-br") for c in calls)
     assert " ".join(c.removeprefix("ovs-vsctl ") for c in calls) == \
         " ".join(f"-- add-br E{i} -- set x" for i in range(4))
+
+
+def test_batch_startup_runs_an_argument_list_never_a_shell(monkeypatch):
+    seen: list[object] = []
+
+    def run(*args: object, **kw: object) -> tuple[str, str, int]:
+        assert "shell" not in kw
+        seen.append(args[0])
+        return "", "", 0
+
+    ctl = '-- --id=@c0 create Controller target=\\"tcp:127.0.0.1:6653\\" max_backoff=1000'
+    sws = [queued_switch("E0", [ctl + " -- add-br E0 -- set bridge E0 controller=[@c0]"])]
+    ProbedOVSSwitch.batchStartup(sws, run=run)
+    assert seen == [["ovs-vsctl", "--", "--id=@c0", "create", "Controller",
+                     'target="tcp:127.0.0.1:6653"', "max_backoff=1000", "--", "add-br", "E0",
+                     "--", "set", "bridge", "E0", "controller=[@c0]"]]
+
+
+@pytest.mark.parametrize("word", ["$(reboot)", "a;b", "`id`", "a|b", "x>y", "a b'"])
+def test_batch_startup_refuses_shell_words(word):
+    def run(*args: object, **kw: object) -> tuple[str, str, int]:
+        raise AssertionError("must not run")
+
+    with pytest.raises((RunError, ValueError)):
+        ProbedOVSSwitch.batchStartup([queued_switch("E0", [f"-- add-br {word}"])], run=run)
+
+
+def test_batch_startup_timeout_names_the_bridges(monkeypatch):
+    from testbed.errors import CommandTimeout
+
+    def run(argv: list[str]) -> tuple[str, str, int]:
+        raise CommandTimeout(argv, 600.0)
+
+    with pytest.raises(RunError, match=r"bridges E0 within 600s"):
+        ProbedOVSSwitch.batchStartup([queued_switch("E0", ["-- add-br E0"])], run=run)
+    assert mininet_nodes.VSCTL_BATCH_TIMEOUT_S <= 600
+
+
+class _HangingShell(mininet_nodes.BoundedCmd):
+    """A node whose shell never prints its sentinel (a hung command)."""
+
+    cmd_timeout_s = 0.05
+    WAIT_AFTER_INTERRUPT_S = 0.05
+
+    def __init__(self, answers: list[str] | None = None):
+        self.name, self.waiting, self.interrupts = "h1", True, 0
+        self.answers = answers
+
+    def monitor(self, timeoutms: int | None = None, findPid: bool = True) -> str:
+        assert timeoutms is not None  # never an unbounded wait
+        if self.answers:
+            self.waiting = len(self.answers) > 1
+            return self.answers.pop(0)
+        return ""
+
+    def sendInt(self) -> None:
+        self.interrupts += 1
+
+
+def test_a_hung_node_command_is_interrupted_and_raises():
+    node = _HangingShell()
+    with pytest.raises(RunError, match=r"h1: a command did not finish within 0.05s"):
+        node.waitOutput()
+    assert node.interrupts == 1 and node.waiting is False
+
+
+def test_a_node_command_that_finishes_returns_its_output():
+    assert _HangingShell(["a", "b"]).waitOutput() == "ab"
+    assert issubclass(QuickHost, mininet_nodes.BoundedCmd)
+    assert issubclass(ProbedOVSSwitch, mininet_nodes.BoundedCmd)
+
+
+def test_batch_shutdown_runs_bounded_argument_lists(monkeypatch):
+    seen: list[list[str]] = []
+    monkeypatch.setattr(mininet_nodes, "run_vsctl",
+                        lambda argv: seen.append(argv) or ("", "", 0))
+
+    class Sw:
+        def __init__(self, name: str, pid: int):
+            self.name, self.pid, self.terminated = name, pid, False
+
+        def __str__(self) -> str:
+            return self.name
+
+        def isOldOVS(self) -> bool:
+            return False
+
+        def terminate(self) -> None:
+            self.terminated = True
+
+    sws = [Sw("E0", 101), Sw("E1", 102)]
+    assert ProbedOVSSwitch.batchShutdown(sws) == sws
+    assert seen == [["ovs-vsctl", "--if-exists", "del-br", "E0", "--", "--if-exists",
+                     "del-br", "E1"], ["kill", "-HUP", "101", "102"]]
+    assert all(s.terminated for s in sws)
+
+
+def test_run_split_never_raises(monkeypatch):
+    from testbed.errors import CommandTimeout
+
+    def hang(argv):
+        raise CommandTimeout(argv, 600.0)
+
+    monkeypatch.setattr(mininet_nodes, "run_vsctl", hang)
+    _out, err, code = mininet_nodes.run_split("ovs-vsctl del-br s1")
+    assert code == 1 and "timed out" in err

@@ -187,3 +187,43 @@ def test_topology_setup_is_one_sysctl_and_one_ip_batch_per_host(tmp_path: Path,
     ip_lines = [g for g in got if g[1][0] == "ip"]
     assert ip_lines == [(h, a) for h, a in cmds if a[0] == "ip"] and len(ip_lines) == 4
     assert got.index(sysctl_lines[-1]) < got.index(ip_lines[0])
+
+
+def test_ctrl_c_during_cleanup_finishes_it_then_is_raised(tmp_path: Path) -> None:
+    import os
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers need the main thread")
+    before = signal.getsignal(signal.SIGINT)
+    net = _dry_net(tmp_path)
+    net._install_signal_handlers()
+    done: list[str] = []
+
+    def interrupted_step(name: str):
+        def step() -> None:
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C, twice over the clean-up
+            done.append(name)
+        return step
+
+    net._stop_players = interrupted_step("schedules")
+    net._delete_nft_tables = interrupted_step("nftables")
+    net._remove_leftovers = lambda: done.append("leftovers")
+    with pytest.raises(KeyboardInterrupt):
+        net.stop()
+    assert done == ["schedules", "nftables", "leftovers"]  # nothing cut short
+    assert net.cleanup_report["signals_during_cleanup"] == [str(int(signal.SIGINT))] * 2
+    assert signal.getsignal(signal.SIGINT) is before
+    net.stop()  # idempotent, nothing raised twice
+
+
+def test_deferred_interrupt_kinds() -> None:
+    import signal
+
+    from testbed.cleanup import deferred_interrupt
+
+    assert deferred_interrupt([]) is None
+    assert isinstance(deferred_interrupt([str(int(signal.SIGINT))]), KeyboardInterrupt)
+    exc = deferred_interrupt([int(signal.SIGTERM)])
+    assert isinstance(exc, SystemExit) and exc.code == 143

@@ -40,10 +40,83 @@ def test_join_runs_and_flows(out):
     assert df.to_dict("records") == [{"bw": "2Mbit", "b": 4000}, {"bw": "4Mbit", "b": 2000}]
 
 
-def test_every_view_exists_even_when_empty(tmp_path):
+def test_every_view_exists_even_when_no_run_is_complete(tmp_path):
+    run_sweep(plans()[:1], tmp_path, FakeRunner(fail={0}))
     con = connect(tmp_path)
     for view in ("runs", "flows", "timeseries", "cwnd", "ping", "events"):
-        assert con.execute(f"SELECT count(*) FROM {view}").fetchone() == (0,)
+        assert con.execute(f"SELECT count(*) FROM {view}").fetchone() == (1 if view == "runs"
+                                                                          else 0,)
+
+
+def test_a_folder_without_bundles_is_an_error(tmp_path):
+    with pytest.raises(InputError, match="no result bundles here"):
+        connect(tmp_path)
+    res = CliRunner().invoke(app, ["query", str(tmp_path), "SELECT * FROM flows"])
+    assert res.exit_code == 2
+    assert res.stderr.splitlines() == [
+        f"error: {tmp_path}: no result bundles here (no <run-id>/metadata.json); "
+        "give the --out DIR of `testbed run`"]
+
+
+def test_a_study_output_is_named_as_such(tmp_path, out):
+    import shutil
+
+    shutil.copytree(out, tmp_path / "paths")
+    with pytest.raises(InputError, match=r"a study's output: query one spec's folder, "
+                                         r"e\.g\. .*/paths$"):
+        connect(tmp_path)
+
+
+def _copy(out, tmp_path):
+    import shutil
+
+    shutil.copytree(out, tmp_path / "o")
+    return tmp_path / "o"
+
+
+def test_a_bundle_this_user_cannot_read_is_an_error(tmp_path, out, monkeypatch):
+    from pathlib import Path
+
+    from testbed import safefiles
+
+    copy = _copy(out, tmp_path)
+    victim = copy / plans()[1].run_id / "metadata.json"
+    real = safefiles.read_bytes
+
+    def read_bytes(path):  # metadata.json is read through safefiles (never a link)
+        if Path(path) == victim:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr(safefiles, "read_bytes", read_bytes)
+    res = CliRunner().invoke(app, ["query", str(copy), "SELECT count(*) FROM flows"])
+    assert res.exit_code == 2
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {victim}: permission denied;")
+    from testbed.results import Bundle
+
+    assert Bundle(victim.parent).status() == "unreadable"
+
+
+def test_a_corrupt_parquet_is_named(tmp_path, out):
+    copy = _copy(out, tmp_path)
+    bad = copy / plans()[0].run_id / "metrics" / "flows.parquet"
+    bad.write_bytes(b"x" * bad.stat().st_size)  # same size: the manifest does not see it
+    res = CliRunner().invoke(app, ["query", str(copy), "SELECT count(*) FROM flows"])
+    assert res.exit_code == 2
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {bad}: not a readable parquet")
+
+
+def test_runs_view_shows_only_documented_statuses(tmp_path, out):
+    from testbed.results import RUN_STATUSES
+
+    copy = _copy(out, tmp_path)
+    (copy / plans()[0].run_id / "metrics" / "cwnd.parquet").unlink()  # now broken
+    (copy / plans()[2].run_id / "metadata.json").write_text("{not json")  # broken too
+    statuses = set(run_query(copy, "SELECT status FROM runs")["status"])
+    assert statuses == {"complete", "failed", "broken"}
+    assert statuses <= set(RUN_STATUSES)
 
 
 def test_bad_sql_is_an_input_error(out):
@@ -65,3 +138,30 @@ def test_cli_table_csv_and_errors(out):
     res = runner.invoke(app, ["query", str(out), "SELEC 1"])
     assert res.exit_code == 2 and res.stderr.startswith("error: query:")
     assert "Traceback" not in res.stderr
+
+
+def test_empty_views_have_the_documented_columns(tmp_path):
+    from analysis.columns import names
+
+    run_sweep(plans()[:1], tmp_path, FakeRunner(fail={0}))
+    for view in ("flows", "timeseries", "cwnd", "ping", "events", "rtt"):
+        df = run_query(tmp_path, f"SELECT * FROM {view}")
+        assert len(df) == 0 and list(df.columns) == ["run_id", *names(view)]
+    # the natural query on a folder of failed runs: no rows, not a Binder error
+    assert len(run_query(tmp_path, "SELECT workload, avg(fct_s) FROM flows GROUP BY 1")) == 0
+
+
+def test_rtt_is_a_view(out):
+    df = run_query(out, "SELECT count(*) AS n FROM rtt")
+    assert df["n"][0] == 0  # the fake runs wrote no rtt.parquet (older bundles lack it)
+
+
+def test_a_folder_this_user_cannot_list_is_an_error(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    def iterdir(self):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "iterdir", iterdir)
+    with pytest.raises(InputError, match=f"^{tmp_path}: permission denied$"):
+        connect(tmp_path)

@@ -69,9 +69,11 @@ class FakeNetwork:
     made: ClassVar[list[FakeNetwork]] = []
 
     def __init__(self, topo: Any, runner: Any = None, controller: Any = None,
-                 workdir: Any = None, baseline_hosts: bool = False):
+                 workdir: Any = None, baseline_hosts: bool = False, rps: bool = True):
         self.calls: list[str] = []
         self.baseline_hosts = baseline_hosts
+        self.rps = rps
+        self.rps_mask = "3" if rps else None
         self.runner, self.controller, self.workdir = runner, controller, workdir
         self.manifest = FakeManifest()
         self.cleanup_report: dict = {}

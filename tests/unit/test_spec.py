@@ -135,7 +135,7 @@ def test_dotted_drops_union_tags():
         == "workload[0].size"
 
 
-def test_describe_reports_how_many_more():
+def test_describe_reports_every_problem():
     from pydantic import ValidationError
 
     from testbed.spec import Experiment
@@ -145,5 +145,65 @@ def test_describe_reports_how_many_more():
         "workload": [{"kind": "ping", "src": "client", "dst": "server"}]}
     with pytest.raises(ValidationError) as info:
         Experiment.model_validate(data)
-    line = describe_validation_error(info.value, data)
-    assert line.startswith("topology.paths[0].bw:") and "(and 1 more problem)" in line
+    lines = describe_validation_error(info.value, data).splitlines()
+    assert lines == ['topology.paths[0].bw: "1Mbps" is not a rate; did you mean "1Mbit"?',
+                     'topology.paths[1].bw: "2Mbps" is not a rate; did you mean "2Mbit"?']
+
+
+@pytest.mark.parametrize(("where", "value"), [
+    ("duration", "1e300h"), ("paths.bw", "1e300Tbit"), ("paths.bw", "20Gbit"),
+    ("paths.delay", "11s"), ("schedule.bw", "100Gbit"), ("schedule.bw", "10bit"),
+    ("schedule.delay", "1h"), ("workload.size", "1e300TiB"),
+])
+def test_out_of_range_values_are_refused_at_load_time(where, value):
+    data = {
+        "name": "x", "duration": "10s",
+        "topology": {"kind": "multipath", "paths": [{"name": "a", "bw": "10Mbit"}]},
+        "workload": [{"kind": "bulk", "src": "client", "dst": "server", "size": "1MB"}],
+        "schedule": [{"at": "1s", "link": "a", "bw": "5Mbit"}],
+    }
+    table, key = where.split(".") if "." in where else ("", where)
+    if table == "paths":
+        data["topology"]["paths"][0][key] = value
+    elif table == "schedule":
+        data["schedule"][0] = {"at": "1s", "link": "a", key: value}
+    elif table == "workload":
+        data["workload"][0][key] = value
+    else:
+        data[key] = value
+    with pytest.raises(SpecError, match=r"too large|out of range"):
+        validate_spec(data, "s.toml")
+
+
+@pytest.mark.parametrize("key", ["net.ipv4/../../kernel/core_pattern", "net..x",
+                                 "kernel.core_pattern", "net.ipv4.", "net/../kernel.x"])
+def test_sysctl_keys_outside_net_are_refused_at_load_time(key):
+    data = {
+        "name": "x", "duration": "10s",
+        "topology": {"kind": "multipath", "paths": [{"name": "a", "bw": "10Mbit"}]},
+        "transport": {"sysctl": {key: "|/tmp/evil"}},
+        "workload": [{"kind": "bulk", "src": "client", "dst": "server", "size": "1MB"}],
+    }
+    with pytest.raises(SpecError, match=r"transport\.sysctl"):
+        validate_spec(data, "s.toml")
+
+
+def test_bounds_and_sysctl_problems_are_listed_with_the_others():
+    data = {
+        "name": "x", "duration": "10s",
+        "topology": {"kind": "multipath", "paths": [
+            {"name": "a", "bw": "20Gbit"}, {"name": "b", "bw": "10 mbps", "delay": "11s"}]},
+        "transport": {"sysctl": {"net.ipv4/../../kernel/core_pattern": "|/tmp/evil"}},
+        "workload": [{"kind": "bulk", "src": "client", "dst": "sever", "size": "1MB"}],
+        "schedule": [{"at": "1s", "link": "a", "bw": "10bit"}],
+    }
+    with pytest.raises(SpecError) as info:
+        validate_spec(data, "s.toml")
+    lines = str(info.value).splitlines()
+    assert [line.split(": ")[1] for line in lines] == [
+        "topology.paths[0].bw", "topology.paths[1].bw", "topology.paths[1].delay",
+        "transport.sysctl", "schedule[0].bw", "workload[0].dst"]
+    assert all(line.startswith("s.toml: ") for line in lines)
+    assert "out of range; use 1kbit .. 10Gbit" in lines[0]
+    assert 'did you mean "10Mbit"?' in lines[1]
+    assert "not a per-namespace network sysctl" in lines[3]

@@ -1,4 +1,4 @@
-"""Malformed specs: each gives exit code 2 and one line naming the file and the key."""
+"""Malformed specs: exit code 2 and one line per problem naming the file and the key."""
 
 from __future__ import annotations
 
@@ -173,7 +173,11 @@ def test_missing_file(tmp_path):
 @pytest.mark.parametrize(("override", "key"), [
     ("transport.cc", "--set transport.cc: expected KEY=VALUE"),
     ("topology.paths.7.bw=1Mbit", "--set topology.paths.7.bw:"),
-    ("topology.paths.0.bw=1Mbps", "topology.paths[0].bw:"),
+    ("topology.paths.0.bw=1Mbps", '--set topology.paths.0.bw: "1Mbps" is not a rate; '
+                                  'did you mean "1Mbit"?'),
+    ("duraton=10s", "--set duraton: unknown key; did you mean 'duration'?"),
+    ("workload.0.dst=sever", "--set workload.0.dst: no host named 'sever'; "
+                             "did you mean 'server'?"),
     ("sweep.x=[1]", "--set sweep.x:"),
 ])
 def test_bad_override(tmp_path, override, key):
@@ -181,3 +185,86 @@ def test_bad_override(tmp_path, override, key):
     assert result.exit_code == 2, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert key in result.stderr
+
+
+THREE_MISTAKES = """\
+name = "three"
+duration = "10s"
+
+[topology]
+kind = "multipath"
+paths = [{ name = "wifi", bw = "10 mbps", delya = "20ms" }]
+
+[[workload]]
+kind = "bulk"
+src = "client"
+dst = "sever"
+size = "1MB"
+"""
+
+
+def test_three_mistakes_give_three_lines(tmp_path):
+    spec, result = _invoke(tmp_path, None, THREE_MISTAKES)
+    assert result.exit_code == 2, result.stderr
+    assert result.stderr.splitlines() == [
+        f'error: {spec}: topology.paths[0].bw: "10 mbps" is not a rate; '
+        'did you mean "10Mbit"?',
+        f"error: {spec}: topology.paths[0].delya: unknown key; did you mean 'delay'?",
+        f"error: {spec}: workload[0].dst: no host named 'sever'; did you mean 'server'?",
+    ]
+
+
+def test_problems_in_a_spec_and_in_set_are_told_apart(tmp_path):
+    data = copy.deepcopy(BASE)
+    data["workload"][0]["dst"] = "sever"
+    spec, result = _invoke(tmp_path, data, extra=["--set", "transport.protocol=mptpc"])
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [
+        "error: --set transport.protocol: \"mptpc\" is not allowed; did you mean 'mptcp'?",
+        f"error: {spec}: workload[0].dst: no host named 'sever'; did you mean 'server'?",
+    ]
+
+
+def test_a_removed_bad_value_does_not_invent_a_second_problem(tmp_path):
+    # down = "maybe" is wrong; the event without it would "change nothing": not reported
+    data = copy.deepcopy(BASE)
+    data["schedule"][0]["down"] = "maybe"
+    spec, result = _invoke(tmp_path, data)
+    _check_one_line(spec, result, "schedule[0].down:")
+
+
+def test_every_cross_key_problem_at_once(tmp_path):
+    data = copy.deepcopy(BASE)
+    data["workload"][0]["src"] = "laptop"
+    data["schedule"][0]["link"] = "wfi"
+    data["controller"] = {"kind": "ecmp"}
+    _, result = _invoke(tmp_path, data)
+    assert result.exit_code == 2
+    lines = result.stderr.splitlines()
+    assert len(lines) == 3, lines
+    assert [line.split(": ")[2] for line in lines] == [
+        "controller.kind", "workload[0].src", "schedule[0].link"]
+    assert "did you mean 'wifi'?" in lines[2]
+
+
+@pytest.mark.parametrize(("value", "what", "guess"), [
+    ("10 mbps", "rate", "10Mbit"), ("2.5Gbps", "rate", "2.5Gbit"), (4000000, "rate", "4Mbit"),
+    ("5 sec", "duration", "5s"), (10, "duration", "10s"), ("2 megabytes", "size", "2MB"),
+    ("0.5", "percentage", "0.5%"), ("fast", "rate", None), (True, "rate", None),
+])
+def test_suggest_quantity(value, what, guess):
+    from testbed.spec import suggest_quantity
+
+    assert suggest_quantity(value, what) == guess
+
+
+@pytest.mark.parametrize(("path", "value", "line"), [
+    ("name", "my experiment", 'name: "my experiment" is not a valid name; '
+                              'did you mean "my-experiment"?'),
+    ("topology.paths.0.name", "WiFi", 'topology.paths[0].name: "WiFi" is not a valid name; '
+                                      'did you mean "wifi"?'),
+])
+def test_a_bad_name_gets_a_corrected_one(tmp_path, path, value, line):
+    spec, result = _invoke(tmp_path, _set(path, value)())
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"error: {spec}: {line} (")

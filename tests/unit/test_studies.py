@@ -92,11 +92,15 @@ def test_run_study_defers_analysis_and_the_host_finishes_it(tmp_path, monkeypatc
 
     monkeypatch.setattr(testbed.runner, "execute_run", execute)
     monkeypatch.setattr(testbed.runner, "analyze_run", fake_analyze)
+    checked: list[int] = []
+    monkeypatch.setattr(testbed.runner, "check_kernel_support",
+                        lambda plans: checked.append(len(plans)))
     study = ROOT / "experiments" / "p2_three_paths"
     out = tmp_path / "p2"
     outcome = run_study(study, "quick", out, only=["loss", "cc"], reports=False,
                         analyze=False)
     assert not outcome.failed and seen and not any(seen)
+    assert checked == [len(seen)]  # every run's CC checked once, before the first run
     runs = [b for spec in ("cc", "loss") for b in (out / spec).iterdir()
             if (b / "metadata.json").exists()]
     assert runs and all(Bundle(b).read_metadata()["analysis"] == "deferred" for b in runs)

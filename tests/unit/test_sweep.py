@@ -153,3 +153,20 @@ def test_sweep_over_a_list_of_tables():
     data["sweep"] = {"workload.0.size": ["1MB", "2MB", "4MB"]}
     plans = expand(data, "s.toml")
     assert [p.spec.workload[0].size for p in plans[:3]] == [10**6, 2 * 10**6, 4 * 10**6]
+
+
+def test_exploding_grid_is_refused_naming_its_size():
+    data = copy.deepcopy(SPEC)
+    data["repetitions"] = 1
+    data["sweep"] = {"seed": list(range(200)), "topology.paths.0.loss":
+                     [f"{i / 10}%" for i in range(100)]}
+    with pytest.raises(SpecError, match=r"20000 points \(200 x 100\).*10000"):
+        expand(data, "s.toml")
+
+
+def test_grid_times_repetitions_is_limited():
+    data = copy.deepcopy(SPEC)
+    data["repetitions"] = 1000
+    data["sweep"] = {"seed": list(range(20))}
+    with pytest.raises(SpecError, match="20000 runs"):
+        expand(data, "s.toml")

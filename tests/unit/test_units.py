@@ -81,3 +81,19 @@ def test_formatters_round_trip():
         assert parse_duration(format_duration(sec)) == pytest.approx(sec)
     for n in (1500, 200_000, 20_000_000):
         assert parse_size(format_size(n)) == n
+
+
+@pytest.mark.parametrize(("parse", "text"), [
+    (parse_rate, "1e300Tbit"), (parse_rate, "2Tbit"), (parse_duration, "1e300h"),
+    (parse_duration, "1e306h"), (parse_duration, "20000min"), (parse_size, "1e300TiB"),
+    (parse_size, "2TiB"),
+])
+def test_huge_values_are_refused_not_inf(parse, text):
+    with pytest.raises(UnitError, match="too large"):
+        parse(text)
+
+
+def test_upper_bounds_themselves_are_accepted():
+    assert parse_rate("1Tbit") == 10**12
+    assert parse_duration("168h") == 7 * 86400
+    assert parse_size("1TiB") == 2**40

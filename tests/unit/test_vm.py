@@ -95,3 +95,22 @@ def test_run_in_vm_rejects_bad_arguments(monkeypatch):
     monkeypatch.setenv("TESTBED_IN_VM", "1")
     with pytest.raises(InputError, match="already inside"):
         vm.run_in_vm(["true"])
+
+
+def test_results_folders_under_tmp_are_shared_with_the_vm(tmp_path, monkeypatch):
+    monkeypatch.setattr(vm, "PRIVATE_IN_VM", (str(tmp_path),))
+    out = tmp_path / "results" / "x"
+    trees = vm.output_trees([out, Path("/srv/elsewhere")], shared=[])
+    assert trees == [("tb_out0", str(out))] and out.is_dir()
+    line = vm.output_mounts(trees)
+    assert f"mount -t 9p -o {vm.WRITABLE_MOUNT_OPTS} tb_out0 {out}" in line
+    assert "exit 2" in line  # a folder that cannot be mounted stops the command
+    # inside a tree that is shared already: nothing more to mount
+    assert vm.output_trees([out / "sub"], shared=[str(out)]) == []
+
+
+def test_a_results_folder_qemu_cannot_name_is_refused_before_boot(tmp_path, monkeypatch):
+    monkeypatch.setattr(vm, "PRIVATE_IN_VM", (str(tmp_path),))
+    with pytest.raises(InputError, match="plain path"):
+        vm.output_trees([tmp_path / "a,b"], shared=[])
+    assert not (tmp_path / "a,b").exists()

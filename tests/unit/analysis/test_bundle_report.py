@@ -286,3 +286,35 @@ def test_sweep_parameters_leave_out_phase_times_and_name_json_values():
     assert plots.value_label('[{"kind": "bulk"}]') == '[{"kind": "bulk"}]'  # no names
     assert plots.value_label("x" * 40) == "x" * 27 + "\u2026"
     assert plots.value_label(2.5) == "2.5"
+
+
+def _hashes(root):
+    import hashlib
+
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_report_with_out_leaves_the_bundle_byte_for_byte_unchanged(tmp_path):
+    run = _run_dir(tmp_path)
+    bundle.analyze_bundle(run)
+    before = _hashes(run)
+    dirs_before = sorted(p for p in run.rglob("*") if p.is_dir())
+    target = tmp_path / "elsewhere" / "r.html"
+    target.parent.mkdir()
+    res = CliRunner().invoke(app, ["report", str(run), "--out", str(target)])
+    assert res.exit_code == 0, res.output
+    assert _hashes(run) == before
+    assert sorted(p for p in run.rglob("*") if p.is_dir()) == dirs_before
+    page = target.read_text()
+    assert "<svg" in page  # the figures are in the page itself
+    assert (tmp_path / "elsewhere" / "r-figures").is_dir()  # and beside it, not in RUN
+
+
+def test_report_with_out_refuses_a_run_not_analysed_yet(tmp_path):
+    run = _run_dir(tmp_path)
+    before = _hashes(run)
+    res = CliRunner().invoke(app, ["report", str(run), "--out", str(tmp_path / "r.html")])
+    assert res.exit_code == 2
+    assert "not analysed yet" in res.stderr and len(res.stderr.splitlines()) == 1
+    assert _hashes(run) == before and not (run / "metrics").exists()

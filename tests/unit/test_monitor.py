@@ -1,0 +1,71 @@
+"""testbed.monitor: pure parsers and the sampling thread over fake files."""
+
+from __future__ import annotations
+
+from testbed.monitor import (
+    LinkCounter,
+    Monitor,
+    busiest_fractions,
+    parse_dpctl_lost,
+    parse_proc_stat,
+    parse_proc_stat_cpus,
+    parse_qdisc_drops,
+    parse_softnet,
+    peak_rate_bps,
+    with_queue_drops,
+)
+
+
+def test_proc_stat_and_softnet():
+    text = "cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 50 0 25 400 25 0 0 0\n"
+    assert parse_proc_stat(text) == (150, 1000)
+    soft = "0000000a 00000002 00000001 0 0\n00000005 00000000 00000003 0 0\n"
+    assert parse_softnet(soft) == {"processed": 15, "dropped": 2, "time_squeeze": 4}
+
+
+def test_busiest_cpu_is_what_saturates():
+    text = "cpu  10 0 0 10 0\ncpu0 10 0 0 0 0 0 0 0\ncpu1 0 0 0 10 0 0 0 0\n"
+    assert parse_proc_stat_cpus(text) == [(10, 10), (0, 10)]
+    later = [(20, 20), (0, 20)]  # cpu0 fully busy, cpu1 idle: the machine is 50 % busy
+    assert busiest_fractions([parse_proc_stat_cpus(text), later]) == [1.0]
+
+
+def test_dpctl_and_qdisc_counters():
+    assert parse_dpctl_lost("system@ovs-system:\n  lookups: hit:10 missed:4 lost:2\n") == 2
+    assert parse_dpctl_lost("nothing") is None
+    js = ('[{"kind":"htb","dev":"s1-eth1","drops":3},{"kind":"netem","dev":"s1-eth1",'
+          '"drops":4},{"kind":"noqueue","dev":"lo"}]')
+    assert parse_qdisc_drops(js) == {"s1-eth1": 7, "lo": 0}
+    links = [{"egress": "s1-eth1"}, {"egress": "S0-eth0"}]
+    assert with_queue_drops(links, {"s1-eth1": 5}, {"s1-eth1": 7}) == [
+        {"egress": "s1-eth1", "queue_drops": 2}, {"egress": "S0-eth0", "queue_drops": None}]
+
+
+def test_peak_rate_over_one_second_windows():
+    samples = [(0.0, 0), (0.5, 500_000), (1.0, 1_250_000), (1.5, 1_300_000), (2.0, 1_350_000)]
+    assert peak_rate_bps(samples) == 1_250_000 * 8
+    assert peak_rate_bps(samples[:2]) is None
+
+
+def test_monitor_samples_fake_files():
+    counter = {"n": 0}
+
+    def read(path: str) -> str:
+        counter["n"] += 1
+        n = counter["n"]
+        if path == "/proc/stat":
+            return (f"cpu  {n * 100} 0 0 {n * 100} 0 0 0 0\n"
+                    f"cpu0 {n * 100} 0 0 {n * 100} 0 0 0 0\n")
+        if path.endswith("softnet_stat"):
+            return "00000001 00000000 00000000\n"
+        return str(n * 1000)
+
+    link = LinkCounter("wifi", "s1-eth1", "s1-eth1", "tx_bytes", 10_000_000)
+    m = Monitor([link], interval=0.01, read=read)
+    m.start()
+    import time
+    time.sleep(0.1)
+    s = m.stop()
+    assert s["samples"] >= 3 and s["cpu_busy_mean"] == 0.5 and s["cpu_saturated_share"] == 0
+    assert s["softnet_dropped"] == 0 and s["errors"] == []
+    assert s["links"][0]["link"] == "wifi" and s["links"][0]["bytes"] > 0
