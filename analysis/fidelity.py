@@ -35,8 +35,9 @@ THRESHOLDS: dict[str, tuple[float, float]] = {
     "event_late_ms": (50.0, 500.0),
     # share of the traffic phase the busiest CPU was >= 95 % busy
     "cpu_saturated_share": (0.25, 0.75),
-    # how busy the busiest CPU was on average over the traffic phase
-    "cpu_busiest_mean": (0.75, 0.90),
+    # how busy the busiest CPU was on average over the traffic phase (P0's quick runs in
+    # the TCG VM, whose saturated links delivered their full rate: 0.66-0.83)
+    "cpu_busiest_mean": (0.85, 0.95),
     # data segments that arrived after a segment sent later, where the forwarding
     # cannot reorder (every policy but spraying): worst flow with >= 100 segments
     "emulator_ooo_ratio": (0.001, 0.01),
