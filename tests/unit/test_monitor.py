@@ -33,8 +33,10 @@ def test_busiest_cpu_is_what_saturates():
 def test_dpctl_and_qdisc_counters():
     assert parse_dpctl_lost("system@ovs-system:\n  lookups: hit:10 missed:4 lost:2\n") == 2
     assert parse_dpctl_lost("nothing") is None
-    js = ('[{"kind":"htb","dev":"s1-eth1","drops":3},{"kind":"netem","dev":"s1-eth1",'
-          '"drops":4},{"kind":"noqueue","dev":"lo"}]')
+    js = ('[{"kind":"tbf","dev":"s1-eth1","drops":3},{"kind":"pfifo","dev":"s1-eth1",'
+          '"drops":4},{"kind":"netem","dev":"s1-eth1","drops":50},'
+          '{"kind":"noqueue","dev":"lo"}]')
+    # netem's drops are configured random loss, not a full queue
     assert parse_qdisc_drops(js) == {"s1-eth1": 7, "lo": 0}
     links = [{"egress": "s1-eth1"}, {"egress": "S0-eth0"}]
     assert with_queue_drops(links, {"s1-eth1": 5}, {"s1-eth1": 7}) == [

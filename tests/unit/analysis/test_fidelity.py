@@ -113,3 +113,14 @@ def test_one_busy_cpu_is_enough_to_warn():
     assert fid["verdict"] == "warn"
     assert "the busiest CPU was 88% busy on average" in fid["reasons"][0]
     assert assess(meta(fidelity_raw=raw(cpu_busiest_mean=0.4)))["verdict"] == "ok"
+
+
+def test_softnet_drops_of_a_downed_link_are_not_the_emulators():
+    down = pd.DataFrame({"t_planned": [10.0], "t_applied": [10.01],
+                         "changes": ['{"up": false}']})
+    m = meta(fidelity_raw=raw(softnet_dropped=2))
+    fid = assess(m, events=down)
+    assert fid["verdict"] == "ok", fid["reasons"]
+    assert fid["checks"]["softnet_dropped_note"].startswith("not judged")
+    up = down.assign(changes=['{"bw_bps": 1000000}'])
+    assert assess(m, events=up)["verdict"] == "warn"
