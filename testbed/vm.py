@@ -311,8 +311,11 @@ def run_in_vm(cmd: list[str], kernel: Path | None = None, memory: str = "2G", cp
     writable = writable_trees(os.getcwd())
     outs = output_trees(list(outputs or []), [p for _t, p in writable])
     shared = [p for _t, p in writable + outs]
+    # an existing file there is an input the guest reads (the overlay shows it); what
+    # the guest writes under such a path stays in the VM, so only those are named
     private = [a for a in cmd if (a == "/tmp" or a.startswith(("/tmp/", "/run/")))
-               and not any(a == p or a.startswith(p + "/") for p in shared)]
+               and not any(a == p or a.startswith(p + "/") for p in shared)
+               and not os.path.isfile(a)]
     if private and not quiet:
         print(f"testbed vm: warning: {private[0]} is private to the VM (a tmpfs/overlay); "
               "files written there do not reach this machine", file=sys.stderr, flush=True)
