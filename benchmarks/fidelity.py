@@ -186,15 +186,14 @@ def link_table(runner: CommandRunner, workdir: Path, combos: list[tuple[int, int
             rtts = rtt_samples(runner, h1, "10.0.0.2", count=20)
             pdir = workdir / f"pcap-{'on' if rps else 'off'}-{i}"
             caps = CaptureSet(runner, pdir, pdir, 128)
-            caps.add(h1, "h1-eth0")
-            caps.add(h2, "h2-eth0")
+            sent, got = caps.add(h1, "h1-eth0").path, caps.add(h2, "h2-eth0").path
             caps.start()
             try:
                 tcp = _cell(lambda i=i: tcp_test(runner, h1, h2, "10.0.0.2", seconds,
                                                  port=5201 + i))
             finally:
                 caps.stop()
-            ooo = _cell(lambda d=pdir: ooo_share(d / "h1-eth0.pcap", d / "h2-eth0.pcap"))
+            ooo = _cell(lambda a=sent, b=got: ooo_share(a, b))
             row = {"rate_mbit": mbit, "delay_ms": ms, "rtt_cfg_ms": 2 * ms,
                    "rtt_ms": statistics.mean(rtts) if rtts else "n/a: no echo answered",
                    "rtt_min_ms": min(rtts) if rtts else "n/a: no echo answered",

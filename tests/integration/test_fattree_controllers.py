@@ -291,8 +291,7 @@ def test_single_path_keeps_every_flow_in_order(fabric: Fabric) -> None:
     shutil.rmtree(pdir, ignore_errors=True)
     hosts = ("S0", "S1", "S4", "S14", "S15")
     caps = CaptureSet(fabric.runner, pdir, pdir, 128)
-    for h in hosts:
-        caps.add(fabric.net.host(h), f"{h}-eth0")
+    files = {h: caps.add(fabric.net.host(h), f"{h}-eth0").path for h in hosts}
     caps.start()
     try:
         # one long flow and three short ones at once, across pods and within one
@@ -316,7 +315,7 @@ def test_single_path_keeps_every_flow_in_order(fabric: Fabric) -> None:
             srv.stop()
     finally:
         caps.stop()
-    analysed = {h: CaptureAnalysis.of(pdir / f"{h}-eth0.pcap") for h in hosts}
+    analysed = {h: CaptureAnalysis.of(files[h]) for h in hosts}
     flows: dict[str, tuple[int, int]] = {}
     for snd in ("S0", "S1", "S4"):
         for rcv in ("S14", "S15"):
