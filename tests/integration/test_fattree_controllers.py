@@ -320,7 +320,8 @@ def test_single_path_keeps_every_flow_in_order(fabric: Fabric) -> None:
     for snd in ("S0", "S1", "S4"):
         for rcv in ("S14", "S15"):
             flows.update(between_captures(analysed[snd], analysed[rcv]))
-    data = {fid: c for fid, c in flows.items() if c[0] >= 100}  # the data connections
+    # the data connections (iperf3's control connections carry a handful of segments)
+    data = {fid: c for fid, c in flows.items() if c[0] >= 20}
     counted = sum(c for c, _late in data.values())
     late = sum(late for _c, late in data.values())
     figs["order"] = {"flows": len(data), "segments": counted, "late": late,
