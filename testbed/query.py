@@ -121,7 +121,10 @@ def stacked_table(files: list[tuple[str, Path]]) -> Any:
             t = t.drop_columns(["run_id"])
         parts.append(t.add_column(0, "run_id", pa.array([run_id] * t.num_rows, pa.string())))
     try:
-        return pa.concat_tables(parts, promote_options="default")
+        # permissive: runs written by different writers may hold one column as string in
+        # one file and large_string in another (a sweep resumed by a second process
+        # did), or int64 beside a null column; such columns are widened, not refused
+        return pa.concat_tables(parts, promote_options="permissive")
     except (ValueError, pa.ArrowException) as exc:
         raise InputError(f"the metrics tables of {len(parts)} runs do not fit together "
                          f"({str(exc).strip()[:200]})") from None

@@ -165,3 +165,19 @@ def test_a_folder_this_user_cannot_list_is_an_error(tmp_path, monkeypatch):
     monkeypatch.setattr(Path, "iterdir", iterdir)
     with pytest.raises(InputError, match=f"^{tmp_path}: permission denied$"):
         connect(tmp_path)
+
+
+def test_runs_whose_tables_differ_in_string_width_stack(tmp_path):
+    """A resumed sweep's runs held flow_id as string in one file and large_string in
+    another (CI, 2026-11-25): the views widen the column instead of refusing."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from testbed.query import stacked_table
+
+    a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    pq.write_table(pa.table({"flow_id": pa.array(["x"], pa.string()), "bytes": [1]}), a)
+    pq.write_table(pa.table({"flow_id": pa.array(["y"], pa.large_string()),
+                             "bytes": pa.array([None], pa.int64())}), b)
+    t = stacked_table([("r1", a), ("r2", b)])
+    assert t.num_rows == 2 and t.column("flow_id").to_pylist() == ["x", "y"]
