@@ -35,9 +35,10 @@ class Loader:
     def __init__(self, buf: np.ndarray):
         self.u8 = buf
         self.q = buf[:len(buf) // 8 * 8].view("<u8")
-        # an overlapping view: element i holds bytes i..i+7, so one gather reads 8 bytes
-        self.w = np.ndarray((len(buf) - 7,), "<u8", buf, 0, (1,)) \
-            if buf.flags.c_contiguous and len(buf) >= 8 else None
+        # No overlapping byte-strided uint64 view (one gather for 8 bytes): the analysis
+        # of a fat-tree capture crashed with a segmentation fault in the software-
+        # emulated VM with it (2026-11-25), and the two aligned gathers below are safe.
+        self.w: np.ndarray | None = None
 
     def b(self, p: np.ndarray) -> np.ndarray:
         """One byte at each position (uint8)."""
