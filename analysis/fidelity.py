@@ -245,6 +245,10 @@ def check_setup(v: _Verdict, meta: Mapping[str, Any], raw: Mapping[str, Any]) ->
     if "rps_mask" in raw and not raw.get("rps_mask") and (raw.get("cpus") or 1) > 1:
         v.add(WARN, "receive packet steering was off (TESTBED_RPS=0) on "
                     f"{raw.get('cpus')} CPUs: the emulator may reorder packets")
+    errors = raw.get("errors") or []
+    if errors:
+        v.add(WARN, f"the fidelity monitor could not measure everything: {errors[0]}"
+                    + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""))
     ready = meta.get("readiness") or {}
     if ready.get("unreachable"):
         v.add(WARN, "before the run, no answer from " + ", ".join(ready["unreachable"][:3]))

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.commands import CommandRunner, in_parallel
-from testbed.errors import RunError, SpecError
+from testbed.errors import RunError, SpecError, TestbedError
 from testbed.hoststate import SYSCTL_PATTERN, parse_sysctl, sysctl_keys
 from testbed.results import DEFERRED, Bundle, atomic_write_text
 from testbed.spec import (
@@ -679,10 +679,13 @@ def _run_network(exp: Experiment, plan: Any, bundle: Bundle, meta: dict[str, Any
         finally:
             if monitor is not None:
                 raw = monitor.stop()
-                raw["links"] = with_queue_drops(raw["links"], drops_before,
-                                                _qdisc_drops(runner))
-                meta["fidelity_raw"] = {**raw, **_fidelity_extra(runner, net, exp, topo,
-                                                                 pings, dp_lost)}
+                try:  # never in the way of stopping flows and captures below
+                    raw["links"] = with_queue_drops(raw["links"], drops_before,
+                                                    _qdisc_drops(runner))
+                    raw.update(_fidelity_extra(runner, net, exp, topo, pings, dp_lost))
+                except (TestbedError, OSError) as exc:
+                    raw.setdefault("errors", []).append(f"after the traffic: {exc}")
+                meta["fidelity_raw"] = raw
             if flow_run is not None:
                 flow_run.stop()
                 meta["flows"] = _flow_summary(flow_run.collect())

@@ -124,3 +124,10 @@ def test_softnet_drops_of_a_downed_link_are_not_the_emulators():
     assert fid["checks"]["softnet_dropped_note"].startswith("not judged")
     up = down.assign(changes=['{"bw_bps": 1000000}'])
     assert assess(m, events=up)["verdict"] == "warn"
+
+
+def test_what_the_monitor_could_not_read_is_named():
+    fid = assess(meta(fidelity_raw=raw(errors=["/proc/stat: gone"])))
+    assert fid["verdict"] == "warn"
+    assert fid["reasons"] == ["warn: the fidelity monitor could not measure everything: "
+                              "/proc/stat: gone"]
