@@ -343,23 +343,3 @@ class ProbedOVSSwitch(BoundedCmd, OVSSwitch):
                 raise RunError(f"ovs-vsctl could not create bridges {names} "
                                f"({VSCTL_TRIES} tries): {err[-300:]}")
         return switches
-        chunks: list[str] = []
-        for line in lines:  # Mininet's limit on one command line
-            if chunks and len(chunks[-1]) + len(line) + 1 < cls.argmax:
-                chunks[-1] += " " + line
-            else:
-                chunks.append("ovs-vsctl " + line)
-        for chunk in chunks:
-            err = ""
-            for attempt in range(VSCTL_TRIES):
-                if attempt:
-                    time.sleep(VSCTL_RETRY_S)
-                out, err, code = run(chunk, shell=True)
-                err = (err or out or "").strip() if code else ""
-                if not code:
-                    break
-            else:
-                names = ", ".join(s.name for s in queued)
-                raise RunError(f"ovs-vsctl could not create bridges {names} "
-                               f"({VSCTL_TRIES} tries): {err[-300:]}")
-        return switches
