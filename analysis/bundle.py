@@ -22,15 +22,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import columns as C
 from analysis import metrics as M
 from analysis import order as O
 from analysis import samples as S
 from analysis.capture import CaptureAnalysis
 from analysis.pcap import DEFAULT_CHUNK_BYTES, Progress
-from testbed import safefiles
+from testbed.core import safefiles
+from testbed.results import columns as C
 
-# the columns are declared once, with dtype, unit and definition, in analysis.columns
+# the columns are declared once, with dtype, unit and definition, in testbed.results.columns
 FLOW_COLUMNS = C.names("flows")
 TIMESERIES_COLUMNS = C.names("timeseries")
 RTT_COLUMNS = C.names("rtt")
@@ -66,7 +66,7 @@ def load_metadata(run_dir: Path) -> dict:
 def capture_interfaces(meta: dict) -> dict[str, dict]:
     """Capture file stem -> its entry of metadata.json's interfaces map.
 
-    Captures are named ``<node>-<intf>.pcap`` (testbed.capture), e.g. ``client-client-eth0``
+    Captures are named ``<node>-<intf>.pcap`` (testbed.host.capture), e.g. ``client-client-eth0``
     for interface ``client-eth0``; a bare ``<intf>`` stem is accepted too.
     """
     out = {}

@@ -31,7 +31,7 @@ import pandas as pd
 
 from analysis import table as T
 from analysis.flows import Flows, key_token
-from testbed.errors import InputError
+from testbed.core.errors import InputError
 
 _W32 = 1 << 32
 

@@ -41,7 +41,7 @@ import pandas as pd
 
 from analysis import decode as D
 from analysis import table as T
-from testbed.errors import CaptureFormatError
+from testbed.core.errors import CaptureFormatError
 
 DEFAULT_CHUNK_BYTES = 1 << 20  # keeps a chunk and its gathers in the CPU caches
 MAX_CAPLEN = 262144            # libpcap's largest snapshot length

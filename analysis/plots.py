@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis.samples import write_atomic
+from testbed.core.safefiles import atomic_write
 
 METRIC_LABELS = {
     "throughput_bps_mean": ("throughput", "Mbit/s", 1e-6),
@@ -166,7 +166,7 @@ def save(fig: Figure, base: Path, svg_text: str | None = None) -> list[Path]:
     svg_text: the figure's SVG if already rendered (saves rendering it twice).
     """
     png, svg = base.with_suffix(".png"), base.with_suffix(".svg")
-    write_atomic(png, lambda p: p.write_bytes(to_png(fig)))
+    atomic_write(png, lambda p: p.write_bytes(to_png(fig)))
     text = svg_text if svg_text is not None else to_svg(fig)
-    write_atomic(svg, lambda p: p.write_text(text, encoding="utf-8"))
+    atomic_write(svg, lambda p: p.write_text(text, encoding="utf-8"))
     return [png, svg]

@@ -31,12 +31,14 @@ import pandas as pd
 
 from analysis import plots
 from analysis.bundle import HEADLINE_KEYS, analyze_bundle, headline, load_metadata
-from analysis.samples import write_atomic
-from testbed import safefiles, units
-from testbed.capture import shortfall
-from testbed.compat import tomllib
-from testbed.errors import InputError
-from testbed.safefiles import safe_href  # noqa: F401  (re-exported for sections)
+from testbed.core import safefiles, units
+from testbed.core.compat import tomllib
+from testbed.core.errors import InputError
+from testbed.core.safefiles import (
+    atomic_write,
+    safe_href,  # noqa: F401  (re-exported for sections)
+)
+from testbed.host.capture import shortfall
 
 Section = Callable[["ReportContext"], str]
 REPORT_NAME = "report.html"
@@ -493,7 +495,7 @@ def write_report(directory: str | Path, extra_sections: Sequence[Section] = (),
     if warnings is not None:
         warnings.extend(w for w in ctx.warnings if w.startswith(("skipped ", "figures not")))
     try:
-        write_atomic(target, lambda p: p.write_text(page, encoding="utf-8"))
+        atomic_write(target, lambda p: p.write_text(page, encoding="utf-8"))
     except OSError as exc:
         hint = "choose another --out FILE" if out else "pass --out FILE"
         raise ReportInputError(f"{target}: cannot write the report ({exc.strerror}); "

@@ -8,17 +8,15 @@ is missing), so the parquet files always have the same schema.  A malformed line
 from __future__ import annotations
 
 import json
-import os
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 
-from analysis import columns as C
-from testbed.errors import InputError
+from testbed.core.errors import InputError
+from testbed.core.safefiles import atomic_write
+from testbed.results import columns as C
 
-# the columns of the metrics tables these files become are declared in analysis.columns
+# the columns of the metrics tables these files become are declared in testbed.results.columns
 # (t_rel is added by the analysis)
 CWND_COLUMNS = C.pandas_dtypes("cwnd", exclude=("t_rel",))
 PING_COLUMNS = C.pandas_dtypes("ping", exclude=("t_rel",))
@@ -72,25 +70,9 @@ def read_jsonl(path: Path | None, columns: dict[str, str]) -> pd.DataFrame:
     return out
 
 
-def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
-    """Write a file through a temporary sibling and rename it into place.
-
-    path: final path; write: called with the temporary path to fill.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_parquet(df: pd.DataFrame, path: Path) -> None:
     """Write df as parquet atomically."""
-    write_atomic(path, lambda p: df.to_parquet(p, index=False))
+    atomic_write(path, lambda p: df.to_parquet(p, index=False))
 
 
 def empty_appflows() -> pd.DataFrame:

@@ -33,10 +33,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from testbed import safefiles
-from testbed.compat import tomllib
-from testbed.errors import InputError
-from testbed.results import atomic_write_text
+from testbed.core import safefiles
+from testbed.core.compat import tomllib
+from testbed.core.errors import InputError
+from testbed.core.safefiles import atomic_write_text
 
 KBPS = 1024 * 8  # the papers' "KB/s" (ifstat) in bit/s
 
@@ -213,7 +213,7 @@ def _resolved_spec(spec_out: Path) -> dict | None:
 
 def capacity_steps(spec: dict, link: str) -> list[tuple[float, float]]:
     """[(from_time_s, capacity_bps)] of one path as the spec's schedule changes it."""
-    from testbed.units import parse_duration, parse_rate
+    from testbed.core.units import parse_duration, parse_rate
 
     paths = {p["name"]: p for p in spec["topology"]["paths"]}
     bw = float(parse_rate(paths[link]["bw"]))
@@ -240,7 +240,7 @@ def applied_steps(spec: dict, link: str, events: pd.DataFrame) -> list[tuple[flo
     a 5 s window 30 ms of a 10 Mbit/s link before the drop are 17 % of a 384 kbit/s
     ideal, so the ideal counts the link as it was.  Events that failed are left out.
     """
-    from testbed.units import parse_rate
+    from testbed.core.units import parse_rate
 
     paths = {p["name"]: p for p in spec["topology"]["paths"]}
     bw, up = float(parse_rate(paths[link]["bw"])), True
@@ -319,7 +319,7 @@ def p0(paper: dict, out: Path, res: StudyResult) -> None:
                                         "two_kBps": two and two / KBPS})))
     spec = _resolved_spec(out / "outage")
     if spec is not None:
-        from testbed.units import parse_duration
+        from testbed.core.units import parse_duration
 
         downs = [parse_duration(e["at"]) for e in spec.get("schedule", []) if e.get("down")]
         ups = [parse_duration(e["at"]) for e in spec.get("schedule", [])
@@ -443,7 +443,7 @@ def p3(paper: dict, out: Path, res: StudyResult) -> None:
         if spec is None:
             res.missing.append(spec_dir.name)
             continue
-        from testbed.units import parse_duration
+        from testbed.core.units import parse_duration
 
         link = spec["topology"]["paths"][0]["name"]
         steps = capacity_steps(spec, link)
@@ -508,7 +508,7 @@ def p4(paper: dict, out: Path, res: StudyResult) -> None:
         if spec is None or flows.empty:
             res.missing.append(spec_name)
             continue
-        from testbed.units import parse_rate
+        from testbed.core.units import parse_rate
 
         total = sum(parse_rate(p["bw"]) for p in spec["topology"]["paths"])
         key = "param:transport.rmem"

@@ -1,7 +1,7 @@
 """tshark as a reference: argv builders and pure parsers of its output.
 
 Used by the cross-check tests and the speed benchmark; run the argv through
-`testbed.commands.CommandRunner`.
+`testbed.core.commands.CommandRunner`.
 """
 
 from __future__ import annotations

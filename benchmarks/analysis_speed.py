@@ -37,7 +37,7 @@ import numpy as np
 
 from analysis import tshark
 from analysis.pcap import read_packets
-from testbed.commands import CommandRunner
+from testbed.core.commands import CommandRunner
 
 SNAP = 128
 DATA_HDR = 14 + 20 + 20 + 40      # Ethernet, IPv4, TCP, options (TS + DSS map + ack)

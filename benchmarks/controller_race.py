@@ -34,8 +34,8 @@ sys.path.insert(0, str(REPO))
 from controllers import launcher  # noqa: E402
 from controllers.launcher import ControllerProcess, parse_status, readiness  # noqa: E402
 from controllers.paths import compute_routes  # noqa: E402
-from testbed.commands import CommandRunner  # noqa: E402
-from testbed.errors import RunError  # noqa: E402
+from testbed.core.commands import CommandRunner  # noqa: E402
+from testbed.core.errors import RunError  # noqa: E402
 from topologies.fattree import fattree_layout  # noqa: E402
 
 HEADER = struct.Struct("!BBHI")

@@ -34,10 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from controllers.launcher import ControllerProcess, parse_status
-from testbed.cleanup import keep_ovs_state
-from testbed.commands import CommandRunner
-from testbed.errors import TestbedError
-from testbed.network import Network
+from testbed.core.commands import CommandRunner
+from testbed.core.errors import TestbedError
+from testbed.net.cleanup import keep_ovs_state
+from testbed.net.network import Network
 from topologies.fattree import FatTreeTopo
 
 VM_HINT = ".venv/bin/testbed vm --memory 3G -- .venv/bin/python benchmarks/fattree_startup.py"

@@ -38,17 +38,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from testbed.commands import CommandRunner
-from testbed.errors import TestbedError
-from testbed.network import Network
-from testbed.schedule import LinkChange, ScheduleEvent
-from testbed.shaping import LinkShape
-from testbed.traffic.iperf import (
+from testbed.core.commands import CommandRunner
+from testbed.core.errors import TestbedError
+from testbed.host.traffic.iperf import (
     iperf3_client_argv,
     iperf3_server_argv,
     parse_iperf3_json,
 )
-from testbed.traffic.ping import parse_ping, ping_argv
+from testbed.host.traffic.ping import parse_ping, ping_argv
+from testbed.net.network import Network
+from testbed.net.schedule import LinkChange, ScheduleEvent
+from testbed.net.shaping import LinkShape
 from topologies.multipath import MultiHomedTopo, PathSpec
 from topologies.pair import PairTopo
 
@@ -170,7 +170,7 @@ def link_table(runner: CommandRunner, workdir: Path, combos: list[tuple[int, int
     one ping before measuring (the runs' readiness step) -- without it each configuration
     starts with empty neighbour caches, as a fresh run did before the fix.
     """
-    from testbed.capture import CaptureSet
+    from testbed.host.capture import CaptureSet
 
     rows = []
     first = LinkShape(bw_bps=combos[0][0] * 10**6, delay_s=combos[0][1] / 1e3)

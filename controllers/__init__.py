@@ -7,7 +7,7 @@ Apps (OpenFlow 1.3, rules installed proactively when a switch connects):
 - ``spray`` — per-packet random choice via nftables marks and ``pkt_mark`` rules.
 
 Run one with ``python -m controllers <app> --topo fattree,4 [--port 6653]``; from Python,
-`controllers.launcher.ControllerProcess` plugs into `testbed.network.Network`.
+`controllers.launcher.ControllerProcess` plugs into `testbed.net.network.Network`.
 This module stays light (no os-ken import) so the registry can be used anywhere.
 """
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any
 
-from testbed.errors import InputError
+from testbed.core.errors import InputError
 
 APPS = MappingProxyType({
     "single_path": "controllers.single_path",

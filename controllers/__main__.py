@@ -19,7 +19,7 @@ from pathlib import Path
 
 from controllers import APPS, app_module, canonical_app, layout_for
 from controllers.hubfix import use_own_task_exit
-from testbed.errors import InputError
+from testbed.core.errors import InputError
 
 LISTEN_HOST = "127.0.0.1"
 DEFAULT_PORT = 6653

@@ -1,6 +1,6 @@
 """`ControllerProcess`: runs a fabric app as a child process and plugs into `Network`.
 
-Lifecycle, as `testbed.network.Network` drives it::
+Lifecycle, as `testbed.net.network.Network` drives it::
 
     ctl = ControllerProcess("spray", FatTreeTopo(4), port=6653, log=run / "logs/ctl.log")
     ctl.start()                 # spawn `python -m controllers spray ...`, wait until it listens
@@ -31,8 +31,8 @@ from typing import Any
 from controllers import canonical_app, layout_for
 from controllers.paths import Routes, compute_routes
 from controllers.rules import nft_table_name, spray_nft_script
-from testbed.commands import CommandRunner, Process
-from testbed.errors import RunError, UnsupportedError
+from testbed.core.commands import CommandRunner, Process
+from testbed.core.errors import RunError, UnsupportedError
 
 LISTEN_HOST = "127.0.0.1"
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -133,7 +133,7 @@ class ControllerProcess:
     restarts the controller (at most ``max_restarts`` times) when no switch has been
     programmed for this long while some are missing (see `wait_ready`); inactivity_probe_ms: OVS's
     controller inactivity probe (its 5 s default drops the connection when a loaded machine
-    delays an echo reply; None leaves it alone): `testbed.network.Network` gives it to the
+    delays an echo reply; None leaves it alone): `testbed.net.network.Network` gives it to the
     switches' controller records at creation, and `post_switch_start` sets it again for a
     network made by other means.
     Raises `InputError` subclasses for an unknown app or a topology it cannot route.

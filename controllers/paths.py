@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from testbed.errors import InputError
+from testbed.core.errors import InputError
 from topologies.fattree import FabricLayout
 
 

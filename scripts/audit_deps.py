@@ -16,8 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from testbed.commands import CommandRunner
-from testbed.errors import CommandTimeout, MissingFeatureError
+from testbed.core.commands import CommandRunner
+from testbed.core.errors import CommandTimeout, MissingFeatureError
 
 DEFAULT_TIMEOUT_S = 120.0
 

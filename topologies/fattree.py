@@ -49,10 +49,10 @@ from typing import Any
 from mininet.topo import Topo
 
 try:
-    from testbed.errors import InputError
+    from testbed.core.errors import InputError
 except ImportError:  # loaded by `mn --custom` with a Python that lacks the project on its path
     sys.path.insert(0, str(Path(inspect.getfile(inspect.currentframe())).resolve().parents[1]))
-    from testbed.errors import InputError
+    from testbed.core.errors import InputError
 
 EDGE, AGGREGATION, CORE = 1, 2, 3
 LEVEL_PREFIX = {EDGE: "E", AGGREGATION: "A", CORE: "C"}

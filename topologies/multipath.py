@@ -45,8 +45,8 @@ from dataclasses import dataclass
 from mininet.node import Node
 from mininet.topo import Topo
 
-from testbed.errors import InputError
-from testbed.shaping import LinkShape, mininet_params
+from testbed.core.errors import InputError
+from testbed.spec.linkshape import LinkShape, mininet_params
 
 MAX_PATHS = 99
 SERVER_LAN = 100

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from mininet.topo import Topo
 
-from testbed.shaping import LinkShape, mininet_params
+from testbed.spec.linkshape import LinkShape, mininet_params
 
 
 class PairTopo(Topo):

@@ -30,8 +30,8 @@ from typing import Any
 
 import pytest
 
-from testbed.commands import CommandRunner, which
-from testbed.network import Network
+from testbed.core.commands import CommandRunner, which
+from testbed.net.network import Network
 
 FEATURES = ("netem", "ovs", "mptcp", "nft")
 

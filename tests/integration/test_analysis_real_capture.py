@@ -18,7 +18,7 @@ import pytest
 
 from analysis import tshark
 from analysis.capture import CaptureAnalysis
-from testbed.commands import CommandRunner
+from testbed.core.commands import CommandRunner
 
 IPPROTO_MPTCP = getattr(socket, "IPPROTO_MPTCP", 262)
 NBYTES = 3_000_000

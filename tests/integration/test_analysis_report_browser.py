@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from testbed.commands import CommandRunner
+from testbed.core.commands import CommandRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "analysis"))
 

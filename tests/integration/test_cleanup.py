@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from mininet.topo import Topo
 
-from testbed.commands import CommandRunner
-from testbed.network import Network, parse_link_names
+from testbed.core.commands import CommandRunner
+from testbed.net.network import Network, parse_link_names
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_kernel("netem", "ovs")]
 
@@ -25,10 +25,10 @@ REPO = Path(__file__).resolve().parents[2]
 CHILD = r"""
 import sys, time
 from pathlib import Path
-from testbed.commands import CommandRunner, which
-from testbed.network import Network
-from testbed.schedule import LinkChange, ScheduleEvent
-from testbed.shaping import LinkShape
+from testbed.core.commands import CommandRunner, which
+from testbed.net.network import Network
+from testbed.net.schedule import LinkChange, ScheduleEvent
+from testbed.net.shaping import LinkShape
 from topologies.multipath import MultiHomedTopo, PathSpec
 from topologies.pair import PairTopo
 

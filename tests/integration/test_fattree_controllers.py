@@ -33,9 +33,9 @@ import pytest
 
 from controllers.launcher import ControllerProcess
 from controllers.stats import chi2_sf, chi_square_uniform
-from testbed.cleanup import keep_ovs_state
-from testbed.commands import CommandRunner, which
-from testbed.network import Network
+from testbed.core.commands import CommandRunner, which
+from testbed.net.cleanup import keep_ovs_state
+from testbed.net.network import Network
 from topologies.fattree import FatTreeTopo
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_kernel("netem", "ovs", "nft")]
@@ -284,7 +284,7 @@ def test_single_path_keeps_every_flow_in_order(fabric: Fabric) -> None:
     sender and receiver (`analysis.order`)."""
     from analysis.capture import CaptureAnalysis
     from analysis.order import between_captures
-    from testbed.capture import CaptureSet
+    from testbed.host.capture import CaptureSet
 
     figs = use(fabric, "single_path")
     pdir = fabric.workdir / "order-single-path"

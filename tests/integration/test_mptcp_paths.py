@@ -22,16 +22,16 @@ from pathlib import Path
 
 import pytest
 
-from testbed.capture import CaptureSet
-from testbed.commands import CommandRunner
-from testbed.errors import UnsupportedError
-from testbed.mptcp import TransportSettings, configure_host, host_interfaces
-from testbed.network import Network
-from testbed.sampler import Sampler, parse_ss
-from testbed.shaping import LinkShape
-from testbed.traffic import patterns
-from testbed.traffic.flows import FlowRun, resolve_flows
-from testbed.traffic.iperf import IperfRun
+from testbed.core.commands import CommandRunner
+from testbed.core.errors import UnsupportedError
+from testbed.host.capture import CaptureSet
+from testbed.host.mptcp import TransportSettings, configure_host, host_interfaces
+from testbed.host.sampler import Sampler, parse_ss
+from testbed.host.traffic import patterns
+from testbed.host.traffic.flows import FlowRun, resolve_flows
+from testbed.host.traffic.iperf import IperfRun
+from testbed.net.network import Network
+from testbed.net.shaping import LinkShape
 from topologies.multipath import MultiHomedTopo, PathSpec
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_kernel("netem", "ovs", "mptcp")]

@@ -1,4 +1,4 @@
-"""One network, several runs (`Network.end_run` / `begin_run`, `testbed.reuse`), for real.
+"""One network, several runs (`Network.end_run` / `begin_run`, `testbed.run.reuse`), for real.
 
 1. On a k=2 fat-tree under a real os-ken controller: `end_run` ends the run's processes,
    stops its controller and deletes its nftables tables; `begin_run` puts back a link a
@@ -29,9 +29,9 @@ from pathlib import Path
 import pytest
 
 from controllers.launcher import ControllerProcess
-from testbed.commands import CommandRunner
-from testbed.network import parse_link_names, parse_nft_tables
-from testbed.shaping import LinkShape
+from testbed.core.commands import CommandRunner
+from testbed.net.network import parse_link_names, parse_nft_tables
+from testbed.net.shaping import LinkShape
 from topologies.fattree import FatTreeTopo
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_kernel("netem", "ovs", "nft")]
@@ -165,9 +165,9 @@ def test_a_sweep_builds_one_network_for_all_its_runs(tmp_path):
 
 
 def test_end_run_puts_back_what_an_mptcp_run_configured(make_network, runner):
-    from testbed.hoststate import differences, read_state
-    from testbed.mptcp import configure_host, host_interfaces
-    from testbed.spec import Transport
+    from testbed.host.mptcp import configure_host, host_interfaces
+    from testbed.net.hoststate import differences, read_state
+    from testbed.spec.model import Transport
     from topologies.multipath import MultiHomedTopo, PathSpec
 
     shape = LinkShape(bw_bps=10_000_000, delay_s=0.005)

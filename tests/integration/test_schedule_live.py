@@ -12,10 +12,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from testbed.commands import CommandRunner
-from testbed.network import Network
-from testbed.schedule import LinkChange, ScheduleEvent
-from testbed.shaping import LinkShape
+from testbed.core.commands import CommandRunner
+from testbed.net.network import Network
+from testbed.net.schedule import LinkChange, ScheduleEvent
+from testbed.net.shaping import LinkShape
 from topologies.multipath import MultiHomedTopo, PathSpec
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_kernel("netem", "ovs")]

@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from testbed.cleanup import pids_in_netns
-from testbed.commands import CommandRunner
-from testbed.errors import UnsupportedError
-from testbed.mptcp import TransportSettings, configure_host, host_interfaces
-from testbed.network import Network
-from testbed.sampler import Sampler
-from testbed.shaping import LinkShape
-from testbed.traffic import patterns
-from testbed.traffic.flows import FlowRun, resolve_flows
-from testbed.transport import apply_tcp, available_ccs
+from testbed.core.commands import CommandRunner
+from testbed.core.errors import UnsupportedError
+from testbed.host.mptcp import TransportSettings, configure_host, host_interfaces
+from testbed.host.sampler import Sampler
+from testbed.host.traffic import patterns
+from testbed.host.traffic.flows import FlowRun, resolve_flows
+from testbed.host.transport import apply_tcp, available_ccs
+from testbed.net.cleanup import pids_in_netns
+from testbed.net.network import Network
+from testbed.net.shaping import LinkShape
 from topologies.pair import PairTopo
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_kernel("netem")]

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from mininet.topo import Topo
 
-from testbed.capture import CaptureSet
-from testbed.commands import CommandRunner
-from testbed.shaping import LinkShape, mininet_params
-from testbed.traffic import patterns
-from testbed.traffic.flows import FlowRun, resolve_flows
-from testbed.traffic.ping import PingRun, format_table, summarize
+from testbed.core.commands import CommandRunner
+from testbed.host.capture import CaptureSet
+from testbed.host.traffic import patterns
+from testbed.host.traffic.flows import FlowRun, resolve_flows
+from testbed.host.traffic.ping import PingRun, format_table, summarize
+from testbed.net.shaping import LinkShape, mininet_params
 from topologies.multipath import MultiHomedTopo, PathSpec
 from topologies.pair import PairTopo
 

@@ -6,7 +6,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-from testbed.compat import tomllib
+from testbed.core.compat import tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.capture import (
+from testbed.core.errors import InputError, RunError
+from testbed.host.capture import (
     Capture,
     CaptureSet,
     drain,
@@ -16,7 +17,6 @@ from testbed.capture import (
     pcap_name,
     tcpdump_argv,
 )
-from testbed.errors import InputError, RunError
 
 STATS = """tcpdump: listening on client-eth0, link-type EN10MB (Ethernet), snapshot length 128 bytes
 ^C

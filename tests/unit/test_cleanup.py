@@ -1,4 +1,4 @@
-"""testbed.cleanup: the manifest and the process lookups the clean-up relies on."""
+"""testbed.net.cleanup: the manifest and the process lookups the clean-up relies on."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed import cleanup as cl
-from testbed.errors import InputError
+from testbed.core.errors import InputError
+from testbed.net import cleanup as cl
 
 
 def test_manifest_round_trip(tmp_path: Path) -> None:
@@ -45,7 +45,7 @@ class RecordingRunner:
         self.links, self.bridges = links, bridges
 
     def run(self, argv, **_kw):
-        from testbed.commands import Result
+        from testbed.core.commands import Result
 
         self.cmds.append(list(argv))
         out = ""
@@ -155,7 +155,7 @@ def test_a_reused_controller_pid_is_not_signalled(tmp_path):
 def test_network_records_its_controller_in_the_trusted_manifest(tmp_path):
     from types import SimpleNamespace
 
-    from testbed.network import Network
+    from testbed.net.network import Network
 
     net = Network.__new__(Network)  # only the manifest bookkeeping
     net.manifest, net.workdir = cl.Manifest(), tmp_path
@@ -168,6 +168,6 @@ def test_network_records_its_controller_in_the_trusted_manifest(tmp_path):
 def test_a_study_passes_recovery_on(monkeypatch, tmp_path):
     import inspect
 
-    from testbed import study
+    from testbed.run import study
 
     assert "recover=recover_bundle" in inspect.getsource(study)

@@ -1,4 +1,4 @@
-"""Every command's --help follows the CLI's help rules (see testbed.helptext)."""
+"""Every command's --help follows the CLI's help rules (see testbed.cli.helptext)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from testbed.cli import app
+from testbed.cli.app import app
 
 REPO = Path(__file__).resolve().parents[2]
 COMMAND = typer.main.get_command(app)

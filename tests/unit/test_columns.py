@@ -1,5 +1,5 @@
 """The data contract: every column a table writer produces is declared in
-analysis.columns and described in docs/bundle.md (issue 25)."""
+testbed.results.columns and described in docs/bundle.md (issue 25)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from analysis import bundle
-from analysis import columns as C
-from testbed.results import RUN_STATUSES, run_sweep, runs_frame
+from testbed.results import columns as C
+from testbed.results.bundle import RUN_STATUSES, run_sweep, runs_frame
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs" / "bundle.md"
@@ -26,7 +26,7 @@ ARROW_KINDS = {"string": ("string", "large_string"), "int64": ("int64", "int32")
 
 def check_table(name: str, frame: pd.DataFrame, docs: str) -> list[str]:
     """Problems of frame as table name: columns not declared, or declared but not in docs."""
-    problems = [f"{name}.{c}: not declared in analysis/columns.py"
+    problems = [f"{name}.{c}: not declared in testbed/results/columns.py"
                 for c in C.undocumented(name, frame.columns)]
     problems += [f"{name}.{c}: declared but not in docs/bundle.md"
                  for c in frame.columns if c in C.names(name) and f"| `{c}` |" not in
@@ -100,7 +100,7 @@ def test_runs_view_columns_are_declared(tmp_path):
         frame[key] = 1.0
     assert check_table("runs", frame, DOCS.read_text(encoding="utf-8")) == []
     assert "topology.paths.1.bw" in frame.columns  # a swept key: allowed by its pattern
-    # a swept key named like a declared column gets its own column (testbed.results)
+    # a swept key named like a declared column gets its own column (testbed.results.bundle)
     assert C.undocumented("runs", ["param:seed", "param:fidelity", "param:setup_s"]) == []
 
 
@@ -109,7 +109,7 @@ def test_an_undocumented_column_fails_the_check(written):
     frame = pd.read_parquet(written / "metrics" / "flows.parquet")
     bad = frame.assign(secret_metric=1.0)
     assert check_table("flows", bad, docs) == [
-        "flows.secret_metric: not declared in analysis/columns.py"]
+        "flows.secret_metric: not declared in testbed/results/columns.py"]
     stale = docs.replace("| `app_fct_s` |", "| `app-fct` |")
     assert check_table("flows", frame, stale) == [
         "flows.app_fct_s: declared but not in docs/bundle.md"]
@@ -118,7 +118,7 @@ def test_an_undocumented_column_fails_the_check(written):
 def test_docs_hold_the_generated_tables():
     text = DOCS.read_text(encoding="utf-8")
     assert C.generated_part(text) == C.markdown(), \
-        "docs/bundle.md is stale: run `python -m analysis.columns --write docs/bundle.md`"
+        "docs/bundle.md is stale: run `python -m testbed.results.columns --write docs/bundle.md`"
 
 
 def test_docs_list_every_status_view_and_file():
@@ -126,7 +126,7 @@ def test_docs_list_every_status_view_and_file():
     section = text[text.index("## Run statuses"):text.index("## Time")]
     for status in RUN_STATUSES:
         assert f"| `{status}` |" in section
-    from testbed.query import VIEWS
+    from testbed.results.query import VIEWS
 
     for view in ("runs", *VIEWS):
         assert f"(view `{view}`)" in text

@@ -27,8 +27,8 @@ from controllers.launcher import (
 )
 from controllers.paths import compute_routes
 from controllers.stats import chi2_sf, chi_square_uniform
-from testbed.commands import CommandRunner
-from testbed.errors import InputError, RunError
+from testbed.core.commands import CommandRunner
+from testbed.core.errors import InputError, RunError
 from topologies.fattree import FatTreeTopo, TopologyError, fattree_layout
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "controllers"

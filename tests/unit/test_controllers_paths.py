@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from controllers.paths import RoutingError, compute_routes
-from testbed.errors import InputError
+from testbed.core.errors import InputError
 from topologies.fattree import LinkInfo, fattree_layout
 
 

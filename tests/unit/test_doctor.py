@@ -2,8 +2,8 @@ import json
 import subprocess
 import sys
 
-from testbed.commands import CommandRunner
-from testbed.doctor import (
+from testbed.core.commands import CommandRunner
+from testbed.machine.doctor import (
     Check,
     Probe,
     check_congestion_controls,

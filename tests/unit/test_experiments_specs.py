@@ -22,11 +22,11 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:  # running as a script
     sys.path.insert(0, str(REPO))
 
-from testbed.compat import tomllib  # noqa: E402
-from testbed.reuse import reuse_key, topology_key  # noqa: E402
-from testbed.runner import dry_run_commands  # noqa: E402
-from testbed.spec import FatTreeTopology, MultipathTopology  # noqa: E402
-from testbed.sweep import RunPlan, plan_runs  # noqa: E402
+from testbed.core.compat import tomllib  # noqa: E402
+from testbed.run.reuse import reuse_key, topology_key  # noqa: E402
+from testbed.run.runner import dry_run_commands  # noqa: E402
+from testbed.spec.model import FatTreeTopology, MultipathTopology  # noqa: E402
+from testbed.spec.sweep import RunPlan, plan_runs  # noqa: E402
 
 EXPERIMENTS = REPO / "experiments"
 STUDIES = ("p0_wifi_3g", "p1_fattree_spray", "p2_three_paths", "p3_handover",
@@ -40,7 +40,7 @@ VARIANTS = ("quick", "full")
 # (an upper bound with stop_when_done).  A multi-path run's fixed cost was 38-47 s
 # (mean 41.5 over 25 runs); the fat-tree run that built the network 200 s.
 FIXED_S = {"multipath": 42.0, "fattree": 200.0}
-# A run on the previous run's network (`testbed.reuse`): no network start or stop.  The
+# A run on the previous run's network (`testbed.run.reuse`): no network start or stop.  The
 # fat-tree's four reused runs: 57-105 s fixed (a controller swap, 16 hosts to set up,
 # ~30 flow tools to start).  Multi-path: set-up 32 s -> 6.7 and 10.3 s on a reused
 # network (tests/integration/test_network_reuse.py), and no network stop (~4 s).
@@ -89,7 +89,7 @@ def plans_of(path: Path) -> tuple[RunPlan, ...]:
 
 def run_seconds(plan: RunPlan, reused: bool = False) -> float:
     """Estimated wall time of one run in the CI VM: fixed cost + the spec's duration.
-    reused: the run gets the previous run's network (`testbed.reuse`)."""
+    reused: the run gets the previous run's network (`testbed.run.reuse`)."""
     kind = "fattree" if isinstance(plan.spec.topology, FatTreeTopology) else "multipath"
     return (REUSED_S if reused else FIXED_S)[kind] + plan.spec.duration
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.errors import InputError
+from testbed.core.errors import InputError
 from topologies.fattree import (
     AGGREGATION,
     CORE,

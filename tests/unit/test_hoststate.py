@@ -1,11 +1,11 @@
-"""testbed.hoststate: a host's transport state read, compared and put back (pure parts)."""
+"""testbed.net.hoststate: a host's transport state read, compared and put back (pure parts)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 
-from testbed.hoststate import (
+from testbed.net.hoststate import (
     HostState,
     differences,
     parse_state,

@@ -8,9 +8,9 @@ import subprocess
 import pytest
 from mininet.node import OVSSwitch
 
-from testbed import mininet_nodes
-from testbed.errors import RunError
-from testbed.mininet_nodes import (
+from testbed.core.errors import RunError
+from testbed.net import mininet_nodes
+from testbed.net.mininet_nodes import (
     ProbedOVSSwitch,
     QuickHost,
     QuickIntf,
@@ -267,7 +267,7 @@ def test_batch_startup_refuses_shell_words(word):
 
 
 def test_batch_startup_timeout_names_the_bridges(monkeypatch):
-    from testbed.errors import CommandTimeout
+    from testbed.core.errors import CommandTimeout
 
     def run(argv: list[str]) -> tuple[str, str, int]:
         raise CommandTimeout(argv, 600.0)
@@ -337,7 +337,7 @@ def test_batch_shutdown_runs_bounded_argument_lists(monkeypatch):
 
 
 def test_run_split_never_raises(monkeypatch):
-    from testbed.errors import CommandTimeout
+    from testbed.core.errors import CommandTimeout
 
     def hang(argv):
         raise CommandTimeout(argv, 600.0)

@@ -1,8 +1,8 @@
-"""testbed.monitor: pure parsers and the sampling thread over fake files."""
+"""testbed.net.monitor: pure parsers and the sampling thread over fake files."""
 
 from __future__ import annotations
 
-from testbed.monitor import (
+from testbed.net.monitor import (
     LinkCounter,
     Monitor,
     busiest_fractions,

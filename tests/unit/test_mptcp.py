@@ -1,4 +1,4 @@
-"""Unit tests for testbed.mptcp: golden command plans and parsers (no root)."""
+"""Unit tests for testbed.host.mptcp: golden command plans and parsers (no root)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from testbed.commands import Result
-from testbed.errors import CommandError, InputError, UnsupportedError
-from testbed.mptcp import (
+from testbed.core.commands import Result
+from testbed.core.errors import CommandError, InputError, UnsupportedError
+from testbed.host.mptcp import (
     HostInterface,
     TransportSettings,
     alias_address,

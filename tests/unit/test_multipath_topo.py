@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.errors import InputError
-from testbed.shaping import LinkShape
+from testbed.core.errors import InputError
+from testbed.net.shaping import LinkShape
 from topologies.multipath import (
     MultiHomedTopo,
     PathSpec,

@@ -1,4 +1,4 @@
-"""The pure parts of testbed.network: names, link groups, shaping changes, nft tables."""
+"""The pure parts of testbed.net.network: names, link groups, shaping changes, nft tables."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from mininet.topo import Topo
 
-from testbed import network as nw
-from testbed.errors import InputError
-from testbed.shaping import LinkShape
+from testbed.core.errors import InputError
+from testbed.net import network as nw
+from testbed.net.shaping import LinkShape
 from topologies.multipath import MultiHomedTopo, PathSpec
 from topologies.pair import PairTopo
 
@@ -95,14 +95,14 @@ def test_controller_target_is_what_ovs_switch_reads() -> None:
 
 
 def _dry_net(tmp_path: Path) -> nw.Network:
-    from testbed.commands import CommandRunner
+    from testbed.core.commands import CommandRunner
 
     topo = MultiHomedTopo(paths=[PathSpec("wifi", SHAPE), PathSpec("cell", SHAPE)])
     return nw.Network(topo, runner=CommandRunner(dry_run=True), workdir=tmp_path)
 
 
 def test_apply_changes_only_with_qdisc_change(tmp_path: Path) -> None:
-    from testbed.schedule import LinkChange, ScheduleEvent
+    from testbed.net.schedule import LinkChange, ScheduleEvent
 
     net = _dry_net(tmp_path)
     net.apply(ScheduleEvent(1.0, "wifi", LinkChange(bw_bps=2_000_000, loss_pct=1.0)))
@@ -115,7 +115,7 @@ def test_apply_changes_only_with_qdisc_change(tmp_path: Path) -> None:
 
 
 def test_down_then_up_uses_ip_link_on_switch_ports(tmp_path: Path) -> None:
-    from testbed.schedule import LinkChange, ScheduleEvent
+    from testbed.net.schedule import LinkChange, ScheduleEvent
 
     net = _dry_net(tmp_path)
     net.apply(ScheduleEvent(1.0, "cell", LinkChange(up=False)))
@@ -132,7 +132,7 @@ def test_down_then_up_uses_ip_link_on_switch_ports(tmp_path: Path) -> None:
 
 
 def test_unchanged_event_runs_nothing(tmp_path: Path) -> None:
-    from testbed.schedule import LinkChange, ScheduleEvent
+    from testbed.net.schedule import LinkChange, ScheduleEvent
 
     net = _dry_net(tmp_path)
     net.apply(ScheduleEvent(1.0, "wifi", LinkChange(bw_bps=SHAPE.bw_bps, up=True)))
@@ -221,7 +221,7 @@ def test_ctrl_c_during_cleanup_finishes_it_then_is_raised(tmp_path: Path) -> Non
 def test_deferred_interrupt_kinds() -> None:
     import signal
 
-    from testbed.cleanup import deferred_interrupt
+    from testbed.net.cleanup import deferred_interrupt
 
     assert deferred_interrupt([]) is None
     assert isinstance(deferred_interrupt([str(int(signal.SIGINT))]), KeyboardInterrupt)

@@ -1,8 +1,8 @@
-"""testbed.outcome: the problems that make a finished run `failed`."""
+"""testbed.run.outcome: the problems that make a finished run `failed`."""
 
 from __future__ import annotations
 
-from testbed.outcome import run_problems, schedule_problems
+from testbed.run.outcome import run_problems, schedule_problems
 
 
 def meta(**kw):

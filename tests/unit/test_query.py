@@ -6,10 +6,10 @@ import pytest
 from test_results import FakeRunner, plans
 from typer.testing import CliRunner
 
-from testbed.cli import app
-from testbed.errors import InputError
-from testbed.query import connect, run_query
-from testbed.results import run_sweep
+from testbed.cli.app import app
+from testbed.core.errors import InputError
+from testbed.results.bundle import run_sweep
+from testbed.results.query import connect, run_query
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +77,7 @@ def _copy(out, tmp_path):
 def test_a_bundle_this_user_cannot_read_is_an_error(tmp_path, out, monkeypatch):
     from pathlib import Path
 
-    from testbed import safefiles
+    from testbed.core import safefiles
 
     copy = _copy(out, tmp_path)
     victim = copy / plans()[1].run_id / "metadata.json"
@@ -93,7 +93,7 @@ def test_a_bundle_this_user_cannot_read_is_an_error(tmp_path, out, monkeypatch):
     assert res.exit_code == 2
     lines = res.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {victim}: permission denied;")
-    from testbed.results import Bundle
+    from testbed.results.bundle import Bundle
 
     assert Bundle(victim.parent).status() == "unreadable"
 
@@ -109,7 +109,7 @@ def test_a_corrupt_parquet_is_named(tmp_path, out):
 
 
 def test_runs_view_shows_only_documented_statuses(tmp_path, out):
-    from testbed.results import RUN_STATUSES
+    from testbed.results.bundle import RUN_STATUSES
 
     copy = _copy(out, tmp_path)
     (copy / plans()[0].run_id / "metrics" / "cwnd.parquet").unlink()  # now broken
@@ -141,7 +141,7 @@ def test_cli_table_csv_and_errors(out):
 
 
 def test_empty_views_have_the_documented_columns(tmp_path):
-    from analysis.columns import names
+    from testbed.results.columns import names
 
     run_sweep(plans()[:1], tmp_path, FakeRunner(fail={0}))
     for view in ("flows", "timeseries", "cwnd", "ping", "events", "rtt"):
@@ -173,7 +173,7 @@ def test_runs_whose_tables_differ_in_string_width_stack(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from testbed.query import stacked_table
+    from testbed.results.query import stacked_table
 
     a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
     pq.write_table(pa.table({"flow_id": pa.array(["x"], pa.string()), "bytes": [1]}), a)

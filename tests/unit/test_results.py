@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from testbed.errors import InputError, MissingFeatureError, RunError
-from testbed.results import (
+from testbed.core.errors import InputError, MissingFeatureError, RunError
+from testbed.results.bundle import (
     ALWAYS_REQUIRED,
     COMPLETE,
     FAILED,
@@ -24,7 +24,7 @@ from testbed.results import (
     run_sweep,
     runs_frame,
 )
-from testbed.sweep import expand
+from testbed.spec.sweep import expand
 
 SPEC = {
     "name": "fake", "duration": "5s", "repetitions": 2,
@@ -204,7 +204,7 @@ def test_sigterm_inside_a_run_marks_it_interrupted(tmp_path):
 
 
 def test_an_interrupt_before_the_run_starts_still_marks_it(tmp_path, monkeypatch):
-    import testbed.results as R
+    import testbed.results.bundle as R
 
     real = R.atomic_write_text
     calls = []
@@ -268,7 +268,7 @@ def test_runs_frame_of_an_empty_dir(tmp_path):
 
 
 def fake_analyze(run_dir: Path) -> dict:
-    """What `testbed.runner.analyze_run` does: metrics/ written, headline returned."""
+    """What `testbed.run.runner.analyze_run` does: metrics/ written, headline returned."""
     if (run_dir / "pcap" / "corrupt").exists():
         raise RunError("capture is corrupt")
     (run_dir / "metrics").mkdir(exist_ok=True)

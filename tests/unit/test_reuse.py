@@ -9,11 +9,11 @@ from typing import Any, ClassVar
 
 import pytest
 
-from testbed import cleanup as cleanup_mod
-from testbed import network as network_mod
-from testbed.errors import RunError
-from testbed.reuse import KEPT, TEARDOWN, NetworkKeeper, reuse_key, topology_key
-from testbed.spec import validate_spec
+from testbed.core.errors import RunError
+from testbed.net import cleanup as cleanup_mod
+from testbed.net import network as network_mod
+from testbed.run.reuse import KEPT, TEARDOWN, NetworkKeeper, reuse_key, topology_key
+from testbed.spec.model import validate_spec
 
 FATTREE = {
     "name": "ft", "duration": "5s",

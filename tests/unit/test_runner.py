@@ -6,8 +6,8 @@ import copy
 
 import pytest
 
-from testbed.errors import SpecError
-from testbed.runner import (
+from testbed.core.errors import SpecError
+from testbed.run.runner import (
     build_topology,
     capture_targets,
     check_against_topology,
@@ -26,7 +26,7 @@ from testbed.runner import (
     topo_hosts,
     transport_settings,
 )
-from testbed.sweep import expand
+from testbed.spec.sweep import expand
 
 MULTI = {
     "name": "m", "duration": "10s", "seed": 3,
@@ -269,7 +269,7 @@ def test_in_parallel_keeps_the_order_and_raises_the_first_error():
 
 
 @pytest.mark.parametrize("kind", ["subprocess:getoutput", "os:system",
-                                  "testbed.errors:SpecError", "topologies:pair"])
+                                  "testbed.core.errors:SpecError", "topologies:pair"])
 def test_custom_topology_must_be_a_topo_class_and_is_never_called_otherwise(kind, tmp_path):
     marker = tmp_path / "ran"
     data = {"name": "c", "duration": "5s",

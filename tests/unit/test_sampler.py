@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.commands import CommandRunner, Result
-from testbed.sampler import (
+from testbed.core.commands import CommandRunner, Result
+from testbed.host.sampler import (
     Sampler,
     cwnd_rows,
     loop_argv,

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from testbed import schedule as sc
-from testbed.errors import InputError
-from testbed.shaping import LinkShape
+from testbed.core.errors import InputError
+from testbed.net import schedule as sc
+from testbed.net.shaping import LinkShape
 
 
 def test_event_from_spec_mapping() -> None:
@@ -175,7 +175,7 @@ def test_realtime_priority_applies_to_the_calling_thread_only() -> None:
     import os
     import threading
 
-    from testbed.schedule import realtime_priority
+    from testbed.core.commands import realtime_priority
 
     before = os.sched_getscheduler(0)
     seen: dict[str, object] = {}

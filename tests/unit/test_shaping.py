@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed import shaping as sh
-from testbed.errors import InputError
+from testbed.core.errors import InputError
+from testbed.net import shaping as sh
 
 GOLDEN = json.loads((Path(__file__).parents[1] / "data" / "shaping" / "golden.json").read_text())
 

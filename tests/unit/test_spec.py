@@ -6,9 +6,10 @@ import copy
 
 import pytest
 
-from testbed.compat import tomllib
-from testbed.errors import SpecError
-from testbed.spec import (
+from testbed.core.compat import tomllib
+from testbed.core.errors import SpecError
+from testbed.core.units import parse_duration
+from testbed.spec.model import (
     BulkWorkload,
     FatTreeTopology,
     FlowsWorkload,
@@ -21,7 +22,6 @@ from testbed.spec import (
     spec_to_toml,
     validate_spec,
 )
-from testbed.units import parse_duration
 
 SPEC = {
     "name": "wifi-3g",
@@ -138,7 +138,7 @@ def test_dotted_drops_union_tags():
 def test_describe_reports_every_problem():
     from pydantic import ValidationError
 
-    from testbed.spec import Experiment
+    from testbed.spec.model import Experiment
 
     data = {"name": "x", "duration": "1s", "topology": {"kind": "multipath", "paths": [
         {"name": "a", "bw": "1Mbps"}, {"name": "b", "bw": "2Mbps"}]},

@@ -11,7 +11,7 @@ import pytest
 import tomli_w
 from typer.testing import CliRunner
 
-from testbed.cli import app
+from testbed.cli.app import app
 
 BASE: dict[str, Any] = {
     "name": "mini",
@@ -143,7 +143,7 @@ def _check_one_line(spec: Path, result, key: str) -> None:
 
 
 def test_base_specs_are_valid():
-    from testbed.spec import validate_spec
+    from testbed.spec.model import validate_spec
 
     validate_spec(copy.deepcopy(BASE))
     validate_spec(copy.deepcopy(FATTREE))
@@ -253,7 +253,7 @@ def test_every_cross_key_problem_at_once(tmp_path):
     ("0.5", "percentage", "0.5%"), ("fast", "rate", None), (True, "rate", None),
 ])
 def test_suggest_quantity(value, what, guess):
-    from testbed.spec import suggest_quantity
+    from testbed.spec.model import suggest_quantity
 
     assert suggest_quantity(value, what) == guess
 

@@ -1,10 +1,10 @@
-"""testbed.steering: receive packet steering masks and commands."""
+"""testbed.net.steering: receive packet steering masks and commands."""
 
 from __future__ import annotations
 
 import pytest
 
-from testbed.steering import cpu_mask, parse_cpu_list, parse_rps_masks, rps_command
+from testbed.net.steering import cpu_mask, parse_cpu_list, parse_rps_masks, rps_command
 
 
 def test_cpu_lists_and_masks():

@@ -7,9 +7,9 @@ import pandas as pd
 import pytest
 
 from analysis.studies import DELIVERED, SENT, capacity_steps, evaluate, ideal_rate, window_rate
-from testbed.compat import tomllib
-from testbed.errors import InputError
-from testbed.study import study_specs
+from testbed.core.compat import tomllib
+from testbed.core.errors import InputError
+from testbed.run.study import study_specs
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -63,7 +63,7 @@ def test_study_cli_report_only_without_results(tmp_path):
 
 
 def test_in_vm_argv_defers_analysis_and_reports_to_the_host(tmp_path):
-    from testbed.study import in_vm_argv
+    from testbed.run.study import in_vm_argv
 
     argv = in_vm_argv([ROOT / "experiments" / "p2_three_paths"], "quick", tmp_path / "o",
                       ["loss"], fail_fast=True)
@@ -79,9 +79,9 @@ def test_run_study_defers_analysis_and_the_host_finishes_it(tmp_path, monkeypatc
     analyses each spec folder's runs (what the host does after the VM)."""
     from test_results import FakeRunner, fake_analyze
 
-    import testbed.runner
-    from testbed.results import Bundle
-    from testbed.study import finish_analysis, run_study
+    import testbed.run.runner
+    from testbed.results.bundle import Bundle
+    from testbed.run.study import finish_analysis, run_study
 
     fake = FakeRunner(defer=True)
     seen: list[bool] = []
@@ -90,10 +90,10 @@ def test_run_study_defers_analysis_and_the_host_finishes_it(tmp_path, monkeypatc
         seen.append(analyze)
         return fake(plan, bundle, meta, phase, keeper)
 
-    monkeypatch.setattr(testbed.runner, "execute_run", execute)
-    monkeypatch.setattr(testbed.runner, "analyze_run", fake_analyze)
+    monkeypatch.setattr(testbed.run.runner, "execute_run", execute)
+    monkeypatch.setattr(testbed.run.runner, "analyze_run", fake_analyze)
     checked: list[int] = []
-    monkeypatch.setattr(testbed.runner, "check_kernel_support",
+    monkeypatch.setattr(testbed.run.runner, "check_kernel_support",
                         lambda plans: checked.append(len(plans)))
     study = ROOT / "experiments" / "p2_three_paths"
     out = tmp_path / "p2"

@@ -6,9 +6,9 @@ import copy
 
 import pytest
 
-from testbed.compat import tomllib
-from testbed.errors import SpecError
-from testbed.sweep import (
+from testbed.core.compat import tomllib
+from testbed.core.errors import SpecError
+from testbed.spec.sweep import (
     apply_overrides,
     canonical_json,
     derive_seed,

@@ -8,9 +8,9 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.commands import CommandRunner
-from testbed.traffic import patterns
-from testbed.traffic.flows import FlowRun, resolve_flows
+from testbed.core.commands import CommandRunner
+from testbed.host.traffic import patterns
+from testbed.host.traffic.flows import FlowRun, resolve_flows
 
 
 class LocalRunner(CommandRunner):

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.traffic import flowtool
-from testbed.traffic.flowspec import FlowSpec, dump_flows, read_records
+from testbed.host.traffic import flowtool
+from testbed.host.traffic.flowspec import FlowSpec, dump_flows, read_records
 
 
 def free_port(kind: int = socket.SOCK_STREAM) -> int:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.errors import InputError
-from testbed.traffic.iperf import iperf3_client_argv, iperf3_server_argv, parse_iperf3_json
+from testbed.core.errors import InputError
+from testbed.host.traffic.iperf import iperf3_client_argv, iperf3_server_argv, parse_iperf3_json
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "transport"
 

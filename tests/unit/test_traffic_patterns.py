@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from testbed.errors import InputError
-from testbed.traffic import patterns
-from testbed.traffic.flows import (
+from testbed.core.errors import InputError
+from testbed.host.traffic import patterns
+from testbed.host.traffic.flows import (
     FLOWTOOL_MAIN,
     assign_ports,
     client_argv,
@@ -19,7 +19,7 @@ from testbed.traffic.flows import (
     resolve_flows,
     server_argv,
 )
-from testbed.traffic.flowspec import FlowSpec, dump_flows, load_flows, read_records
+from testbed.host.traffic.flowspec import FlowSpec, dump_flows, load_flows, read_records
 
 
 def test_one_to_one_parallel_and_via() -> None:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.errors import InputError
-from testbed.traffic.ping import (
+from testbed.core.errors import InputError
+from testbed.host.traffic.ping import (
     format_table,
     parse_ping,
     parse_ping_summary,

@@ -1,4 +1,4 @@
-"""Unit tests for testbed.transport (no root: a scripted runner stands in for the kernel)."""
+"""Unit tests for testbed.host.transport (no root: a scripted runner stands in for the kernel)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from testbed.commands import Result
-from testbed.errors import CommandError, InputError, UnsupportedError
-from testbed.transport import (
+from testbed.core.commands import Result
+from testbed.core.errors import CommandError, InputError, UnsupportedError
+from testbed.host.transport import (
     apply_tcp,
     buffer_sysctls,
     check_cc_name,

@@ -1,7 +1,7 @@
 import pytest
 
-from testbed.errors import InputError, UnitError
-from testbed.units import (
+from testbed.core.errors import InputError, UnitError
+from testbed.core.units import (
     format_duration,
     format_rate,
     format_size,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from testbed.cli import app
+from testbed.cli.app import app
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "untrusted"
 SPECS = sorted((DATA / "specs").glob("*.toml"))

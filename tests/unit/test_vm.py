@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed import vm
-from testbed.errors import InputError, MissingFeatureError
+from testbed.core.errors import InputError, MissingFeatureError
+from testbed.machine import vm
 
 
 def test_find_kernel_picks_newest(tmp_path):
@@ -84,7 +84,7 @@ def test_guest_command_quotes_and_passes_env():
     assert "CI=true" in words and "TESTBED_FOO=1" in words and "TESTBED_IN_VM=1" in words
     assert not any(w.startswith("HOME=") for w in words)
     assert words[-4:] == ["--", "pytest", "-k", "a and b"]
-    assert words[words.index("-m") + 1] == "testbed.vm_guest"
+    assert words[words.index("-m") + 1] == "testbed.machine.vm_guest"
 
 
 def test_run_in_vm_rejects_bad_arguments(monkeypatch):

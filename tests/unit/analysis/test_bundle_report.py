@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from analysis import bundle, report
 from analysis.capture import CaptureAnalysis
-from testbed.cli import app
-from testbed.errors import CaptureFormatError
+from testbed.cli.app import app
+from testbed.core.errors import CaptureFormatError
 
 
 def _run_dir(tmp_path, with_pcap=True):

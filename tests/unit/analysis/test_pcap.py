@@ -22,8 +22,8 @@ from craft import (
 
 from analysis import table as T
 from analysis.pcap import read_packets
-from testbed.commands import CommandRunner
-from testbed.errors import CaptureFormatError
+from testbed.core.commands import CommandRunner
+from testbed.core.errors import CaptureFormatError
 
 
 @pytest.fixture()

@@ -23,7 +23,7 @@ from analysis.bundle import build_tables
 from analysis.capture import CaptureAnalysis
 from analysis.pcap import MAX_BLOCK_BYTES, read_packets
 from analysis.samples import empty_appflows
-from testbed.errors import CaptureFormatError, InputError
+from testbed.core.errors import CaptureFormatError, InputError
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "analysis"
 SEEDS = [p.read_bytes() for p in sorted(DATA.glob("*.pcap*"))]
@@ -303,7 +303,7 @@ def test_progress_reports_bytes_read_of_total(tmp_path):
 def test_cli_crafted_capture_and_series_limit_are_one_line_exit_2(tmp_path):
     from typer.testing import CliRunner
 
-    from testbed.cli import app
+    from testbed.cli.app import app
 
     bad = _write(tmp_path, _shb() + _spb(bytes(60)))
     r = CliRunner().invoke(app, ["analyze", str(bad)])

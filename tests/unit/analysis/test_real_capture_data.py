@@ -16,7 +16,7 @@ import pytest
 
 from analysis import tshark
 from analysis.capture import CaptureAnalysis
-from testbed.commands import CommandRunner
+from testbed.core.commands import CommandRunner
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "analysis" / "vm-two-paths.pcapng"
 FIELDS = ("frame.number", "tcp.stream", "mptcp.stream", "ip.src", "tcp.srcport", "frame.len",

@@ -35,7 +35,7 @@ from craft import (
 
 from analysis import tshark
 from analysis.capture import CaptureAnalysis
-from testbed.commands import CommandRunner
+from testbed.core.commands import CommandRunner
 
 pytestmark = pytest.mark.skipif(shutil.which("tshark") is None,
                                 reason="tshark is not installed (apt-get install tshark)")

@@ -12,11 +12,11 @@ from test_bundle_report import _run_dir, _sweep
 from typer.testing import CliRunner
 
 from analysis import report, studies
-from testbed import safefiles
-from testbed.cli import app
-from testbed.errors import InputError
-from testbed.query import run_query
-from testbed.results import LOCK, Bundle, locked, run_row, runs_frame
+from testbed.cli.app import app
+from testbed.core import safefiles
+from testbed.core.errors import InputError
+from testbed.results.bundle import LOCK, Bundle, locked, run_row, runs_frame
+from testbed.results.query import run_query
 
 
 def _complete_bundle(out, run_id, nbytes, params=None):
@@ -249,7 +249,7 @@ def test_study_report_links_only_relative_files_inside(tmp_path):
 
 
 def test_deferred_analysis_never_writes_through_linked_folders(tmp_path):
-    from testbed.results import finish_deferred
+    from testbed.results.bundle import finish_deferred
 
     out = tmp_path / "out"
     b = _complete_bundle(out, "r1", 1)

@@ -1,0 +1,123 @@
+"""``testbed analyze`` and ``testbed report``: `register(app)` adds them to the typer app."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from analysis.pcap import DEFAULT_CHUNK_BYTES
+from testbed.cli.common import guarded
+
+TABLE_COLUMNS = [("flow_id", "flow"), ("capture", "capture"), ("packets", "pkts"),
+                 ("bytes", "bytes"), ("fct_s", "FCT s"), ("throughput_bps", "Mbit/s"),
+                 ("retransmissions", "retx"), ("reordered_packets", "reord"),
+                 ("rtt_ms_median", "RTT ms")]
+
+
+def _fmt(col: str, v: object) -> str:
+    if v is None or (isinstance(v, float) and v != v):
+        return "-"
+    if col == "throughput_bps":
+        return f"{float(v) / 1e6:.3f}"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def analyze_files(paths: list[Path], out: Path | None, bin_s: float,
+                  chunk_bytes: int, packets: bool) -> list[list[str]]:
+    """Analyse captures, write parquet under out; return table rows for printing.
+
+    paths: captures; out: output directory or None; bin_s: throughput bin (s);
+    chunk_bytes: read buffer; packets: also write each capture's packet table.
+    """
+    from analysis.bundle import build_tables
+    from analysis.capture import CaptureAnalysis
+    from analysis.pcap import stderr_progress
+    from analysis.samples import empty_appflows, write_parquet
+    from testbed.core.safefiles import atomic_write
+
+    show = stderr_progress()  # a line on stderr now and then while reading a large capture
+    caps = [CaptureAnalysis.of(p, chunk_bytes, show) for p in paths]  # all read before writing
+    tables = build_tables(caps, {}, empty_appflows(), bin_s)
+    if out is not None:
+        import pyarrow.parquet as pq
+
+        write_parquet(tables["flows"], out / "flows.parquet")
+        write_parquet(tables["timeseries"], out / "timeseries.parquet")
+        if packets:
+            for c in caps:
+                atomic_write(out / f"packets-{c.name}.parquet",
+                             lambda p, c=c: pq.write_table(c.table.to_arrow(), p))
+    fl = tables["flows"]
+    return [[_fmt(k, r[k]) for k, _ in TABLE_COLUMNS] for _, r in fl.iterrows()]
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``analyze`` and ``report`` commands to the testbed CLI app."""
+
+    @app.command()
+    def analyze(pcaps: Annotated[list[Path], typer.Argument(
+                    metavar="PCAP", help="pcap / pcapng files.")],
+                out: Annotated[Path | None, typer.Option(
+                    "--out", metavar="DIR",
+                    help="Write flows.parquet and timeseries.parquet here.")] = None,
+                bin_s: Annotated[float, typer.Option(
+                    "--bin", metavar="SECONDS", help="Throughput bin (s).")] = 0.1,
+                chunk_bytes: Annotated[int, typer.Option(
+                    metavar="BYTES", help="Read buffer (bytes).")] = DEFAULT_CHUNK_BYTES,
+                packets: Annotated[bool, typer.Option("--packets", help="Also write the "
+                                                      "decoded packets per capture.")] = False
+                ) -> None:
+        """Read captures, print a per-flow table and (with --out) write parquet tables."""
+        rows = guarded(lambda: analyze_files(pcaps, out, bin_s, chunk_bytes, packets))
+        from rich.console import Console
+        from rich.table import Table
+
+        t = Table(show_lines=False)
+        for _, label in TABLE_COLUMNS:
+            t.add_column(label, overflow="fold")
+        for r in rows:
+            t.add_row(*r)
+        Console().print(t)
+        if out is not None:
+            typer.echo(f"wrote {out / 'flows.parquet'} and {out / 'timeseries.parquet'}")
+
+    @app.command()
+    def report(directory: Annotated[Path, typer.Argument(
+                   metavar="DIR", help="A run bundle or sweep DIR (never written to when "
+                                       "--out is given).")],
+               paper: Annotated[Path | None, typer.Option(
+                   metavar="FILE",
+                   help="paper.toml with published values (default DIR/paper.toml).")] = None,
+               out: Annotated[Path | None, typer.Option(
+                   metavar="FILE", help="Output file (default DIR/report.html); figures are "
+                                        "embedded in it.")] = None
+               ) -> None:
+        """Write a self-contained report.html for a run or a sweep (analysing first the
+        runs whose analysis was left for later, as `testbed study` does in the VM)."""
+        from analysis.report import write_report
+        from testbed.results.bundle import finish_deferred, pending_analysis
+        from testbed.run.runner import analyze_run
+
+        if out is not None:  # DIR is only read: no deferred analysis written into it
+            pending = pending_analysis(directory) if directory.is_dir() else []
+            if pending:
+                typer.echo(f"error: {directory}: {len(pending)} run(s) not analysed yet; the "
+                           f"analysis writes into them: `testbed report {directory}` without "
+                           "--out does it", err=True)
+                raise typer.Exit(2)
+        else:
+            failed = guarded(lambda: finish_deferred(
+                directory, analyze_run, progress=lambda line: typer.echo(line, err=True)))
+            for run_id, err in failed:
+                typer.echo(f"  failed: {run_id}: {err}", err=True)
+
+        skipped: list[str] = []
+        path = guarded(lambda: write_report(directory, paper=paper, out=out,
+                                            warnings=skipped))
+        for line in skipped:
+            typer.echo(f"warning: {line}", err=True)
+        typer.echo(str(path))

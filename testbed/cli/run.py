@@ -1,0 +1,233 @@
+"""The ``testbed run`` and ``testbed query`` commands (registered on the main typer app).
+
+``testbed run SPEC [--out DIR] [--set KEY=VALUE]... [--dry-run] [--fail-fast] [--no-vm]
+[--fresh-networks]`` expands the spec's sweep and repetitions, skips runs whose bundle is
+already complete, and runs the rest one after the other with a progress bar; consecutive
+runs that may share a network do (`testbed.run.reuse`). When this machine cannot run
+experiments natively (see ``testbed doctor``) it re-runs itself inside ``testbed vm``.
+
+``testbed query DIR "SQL" [--csv | --json]`` runs DuckDB SQL over the bundles in DIR.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shlex
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from testbed.core.errors import TestbedError, error_lines
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``run`` and ``query`` sub-commands to app."""
+    app.command("run")(run_command)
+    app.command("query")(query_command)
+
+
+def _fail(exc: TestbedError) -> typer.Exit:
+    for line in error_lines(exc):
+        typer.echo(line, err=True)
+    return typer.Exit(exc.exit_code)
+
+
+def run_command(
+    spec: Annotated[Path, typer.Argument(metavar="SPEC", help="The experiment spec (TOML).",
+                                            show_default=False)],
+    out: Annotated[Path | None, typer.Option(
+        "--out", "-o", metavar="DIR",
+        help="Output directory (default: results/<spec name>).")] = None,
+    set_: Annotated[list[str] | None, typer.Option(
+        "--set", "-s", metavar="KEY=VALUE",
+        help="Override a spec key, e.g. --set transport.cc=reno (repeatable).")] = None,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Print the runs and the first run's commands; run nothing.")] = False,
+    fail_fast: Annotated[bool, typer.Option(
+        "--fail-fast", help="Stop at the first failed run.")] = False,
+    no_vm: Annotated[bool, typer.Option(
+        "--no-vm", help="Never re-run inside `testbed vm`, even when doctor says native "
+                        "runs are impossible.")] = False,
+    fresh_networks: Annotated[bool, typer.Option(
+        "--fresh-networks", help="Build a network for every run (default: consecutive TCP "
+                                 "runs on the same topology without a schedule share "
+                                 "one).")] = False,
+) -> None:
+    """Run an experiment spec (its sweep and repetitions) into result bundles."""
+    from testbed.spec.sweep import plan_runs
+
+    overrides = list(set_ or [])
+    try:
+        plans = plan_runs(spec, overrides)
+    except TestbedError as exc:
+        raise _fail(exc) from None
+    out_dir = out if out is not None else Path("results") / plans[0].spec.name
+
+    if dry_run:
+        try:
+            print_dry_run(plans, out_dir)
+        except TestbedError as exc:
+            raise _fail(exc) from None
+        raise typer.Exit(0)
+
+    if not no_vm and not _native_ok():
+        argv = _self_argv(spec, out_dir, overrides, fail_fast, fresh_networks)
+        typer.echo("this machine cannot run experiments natively (see `testbed doctor`); "
+                   "re-running inside `testbed vm`", err=True)
+        from testbed.machine import vm
+
+        try:
+            code = vm.run_in_vm(argv, outputs=[out_dir])
+        except TestbedError as exc:
+            raise _fail(exc) from None
+        if (out_dir / "summary.parquet").is_file():  # the last line says where, truly
+            typer.echo(f"results in {out_dir} (summary.parquet)", err=True)
+        raise typer.Exit(code)
+
+    raise typer.Exit(_run_sweep(plans, out_dir, fail_fast, spec, overrides, fresh_networks))
+
+
+def _native_ok() -> bool:
+    """Whether doctor says this machine can run experiments here (root, netem, OVS, ...)."""
+    import os
+
+    if os.environ.get("TESTBED_IN_VM") == "1":
+        return True
+    from testbed.machine import doctor
+
+    return bool(doctor.can_run_natively())
+
+
+def _self_argv(spec: Path, out: Path, overrides: list[str], fail_fast: bool,
+               fresh_networks: bool = False) -> list[str]:
+    """The command that re-runs this very ``testbed run`` (inside the VM)."""
+    exe = Path(sys.prefix) / "bin" / "testbed"
+    argv = [str(exe)] if exe.exists() else [sys.executable, "-m", "testbed.cli"]
+    argv += ["run", str(spec.resolve()), "--out", str(out.resolve()), "--no-vm"]
+    for o in overrides:
+        argv += ["--set", o]
+    if fail_fast:
+        argv.append("--fail-fast")
+    if fresh_networks:
+        argv.append("--fresh-networks")
+    return argv
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """Treat SIGTERM like Ctrl-C while the sweep runs (clean up, mark interrupted)."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run_sweep(plans: list[Any], out: Path, fail_fast: bool, spec: Path,
+               overrides: list[str], fresh_networks: bool = False) -> int:
+    from functools import partial
+
+    from testbed.core.progress import SweepProgress
+    from testbed.results.bundle import run_sweep
+    from testbed.run.reuse import NetworkKeeper
+    from testbed.run.runner import check_kernel_support, execute_run, recover_bundle
+
+    sets = [arg for o in overrides for arg in ("--set", o)]
+    extra = {"command": shlex.join(["testbed", "run", str(spec), "--out", str(out), *sets]),
+             "spec_file": str(spec)}
+    progress = SweepProgress()
+    try:
+        check_kernel_support(plans)  # an unknown CC stops here, not after every run failed
+    except TestbedError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        return exc.exit_code
+    try:
+        with _sigterm_as_interrupt(), NetworkKeeper(
+                keep=not fresh_networks, state_dir=out) as keeper:
+            report = run_sweep(plans, out, partial(execute_run, keeper=keeper),
+                               fail_fast=fail_fast, progress=progress, extra_meta=extra,
+                               recover=recover_bundle)
+    except KeyboardInterrupt:
+        typer.echo(f"interrupted: finished runs are kept in {out}; run the same command "
+                   "again to resume", err=True)
+        return 130
+    except TestbedError as exc:
+        for line in error_lines(exc):
+            typer.echo(line, err=True)
+        typer.echo(f"stopped; finished runs are kept in {out}", err=True)
+        return exc.exit_code
+    failed = len(report.failed)
+    typer.echo(f"{report.complete} complete, {failed} failed, {report.skipped} already "
+               f"complete; results in {out} (summary.parquet)", err=True)
+    for run_id, error in report.failed:
+        typer.echo(f"  failed {run_id}: {error}", err=True)
+    return 1 if failed else 0
+
+
+def print_dry_run(plans: list[Any], out: Path) -> None:
+    """Print the runs of plans (a table) and the first run's commands as a shell script.
+
+    plans: `RunPlan`s of one spec; out: the folder the runs would go to.
+    """
+    from rich.console import Console
+    from rich.table import Table
+
+    from testbed.run.runner import dry_run_commands
+
+    console = Console(highlight=False, soft_wrap=True)
+    table = Table(title=f"{len(plans)} run(s) into {out}", title_justify="left")
+    for col in ("#", "run id", "rep", "seed"):
+        table.add_column(col)
+    keys = list(plans[0].params)
+    for k in keys:
+        table.add_column(k)
+    for p in plans:
+        table.add_row(str(p.index + 1), p.run_id, str(p.repetition), str(p.seed),
+                      *(json.dumps(p.params[k]) for k in keys))
+    console.print(table)
+    runner = dry_run_commands(plans[0], out / plans[0].run_id)
+    if not runner.transcript.entries and ":" in str(plans[0].spec.topology.kind):
+        console.print(f"\ncommands not listed: topology {plans[0].spec.topology.kind} is "
+                      "code, which only a real run imports and builds (as root)")
+        return
+    console.print(f"\ncommands of the first run ({plans[0].run_id}), in order:")
+    console.out(runner.transcript.as_shell(), highlight=False)
+
+
+def query_command(
+    directory: Annotated[Path, typer.Argument(metavar="DIR",
+                                              help="Output directory of `testbed run`.")],
+    sql: Annotated[str, typer.Argument(metavar="SQL", help="DuckDB SQL over the views runs, flows, "
+                                            "timeseries, cwnd, ping, events, rtt "
+                                            "(docs/bundle.md).")],
+    csv: Annotated[bool, typer.Option("--csv", help="Print CSV instead of a table.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON lines.")] = False,
+) -> None:
+    """Query result bundles with SQL (DuckDB)."""
+    from testbed.results.query import render_table, run_query
+
+    try:
+        df = run_query(directory, sql)
+    except TestbedError as exc:
+        raise _fail(exc) from None
+    if csv:
+        sys.stdout.write(df.to_csv(index=False))
+    elif as_json:
+        sys.stdout.write(df.to_json(orient="records", lines=True, date_format="iso"))
+    else:
+        from rich.console import Console
+
+        Console(highlight=False).print(render_table(df))

@@ -1,0 +1,375 @@
+"""Removing exactly what a `testbed.net.network.Network` created: its manifest and the
+clean-up that works from it alone (after the creating process died), by name and PID.
+
+`Manifest` lists the host shells (with their network-namespace inodes), the switch
+shells, veth ends, OVS bridges and nftables tables of one network; the Network rewrites
+``<workdir>/network.json`` as it creates them.  `remove_leftovers` removes whatever of a
+manifest still exists: processes only while they sit in one of the recorded namespaces
+(and, for a manifest from an earlier process, only while the host's Mininet shell is
+still alive in it, so a re-used PID or namespace number is never signalled), interfaces
+only under their recorded names, bridges only if OVS lists them.  `cleanup_from_manifest`
+adds the nftables tables and the recorded processes (the controller: pid and start
+time); `keep_ovs_state` saves OVS's view of a failed start.
+Nothing here matches by pattern (never ``mn -c``, ``pkill -f``).
+
+Which manifest is trusted: an output folder is anybody's (a bundle may come from someone
+else), so clean-up never acts on the ``network.json`` / ``_kept-network.json`` it finds
+there.  Every `Manifest.write` also writes (atomically) a copy into the testbed's own
+state directory (`state_dir`: ``$TESTBED_STATE_DIR``, else ``/run/testbed`` for root,
+made 0700 and owned by us), keyed by the output path; `cleanup_from_manifest` acts on
+that copy alone, and says so when the output-folder file differs from it (or when there
+is no copy: then nothing is removed).  `Manifest.discard` removes the copies once the
+network is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import signal
+import stat
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from testbed.core.commands import CommandRunner
+from testbed.core.errors import InputError, TestbedError
+from testbed.core.safefiles import atomic_write_text
+
+MANIFEST = "network.json"
+STATE_DIR_ENV = "TESTBED_STATE_DIR"
+ROOT_STATE_DIR = Path("/run/testbed")
+
+
+def state_dir() -> Path:
+    """The testbed's own state directory, created 0700 if absent.
+
+    ``$TESTBED_STATE_DIR`` when set (tests), else ``/run/testbed`` for root, else a
+    per-user folder (``$XDG_RUNTIME_DIR/testbed`` or ``<tmp>/testbed-<uid>``).  It must be
+    a real directory (no symbolic link) owned by us and closed to others; otherwise
+    `InputError` names it.
+    """
+    env = os.environ.get(STATE_DIR_ENV)
+    if env:
+        path = Path(env)
+    elif os.geteuid() == 0:
+        path = ROOT_STATE_DIR
+    else:
+        import tempfile
+
+        runtime = os.environ.get("XDG_RUNTIME_DIR")
+        path = (Path(runtime) / "testbed" if runtime
+                else Path(tempfile.gettempdir()) / f"testbed-{os.geteuid()}")
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700, parents=True)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise InputError(f"{path}: the testbed's state directory must be a directory owned "
+                         f"by this user and writable by no one else; fix or remove it "
+                         f"(or set {STATE_DIR_ENV})")
+    return path
+
+
+def state_copy(path: Path) -> Path:
+    """Where the trusted copy of the manifest written to path lives (in `state_dir`)."""
+    key = hashlib.sha256(str(Path(os.path.abspath(path))).encode()).hexdigest()[:32]
+    return state_dir() / "networks" / f"{key}.json"
+
+
+@dataclass
+class Manifest:
+    """Everything a `Network` created, by name/PID, for exact clean-up."""
+
+    hosts: dict[str, int] = field(default_factory=dict)       # host -> shell pid
+    netns: dict[str, int] = field(default_factory=dict)       # host -> netns inode
+    switches: dict[str, int] = field(default_factory=dict)    # switch -> shell pid
+    interfaces: list[str] = field(default_factory=list)       # veth ends (any namespace)
+    bridges: list[str] = field(default_factory=list)          # OVS bridges
+    nft_tables: list[list[str]] = field(default_factory=list)  # [family, name]
+
+    processes: dict[str, list[int]] = field(default_factory=dict)  # name -> [pid, start]
+    _written: list[Path] = field(default_factory=list, compare=False, repr=False)
+
+    def to_json(self) -> str:
+        """The manifest as JSON text (sorted keys)."""
+        data = {k: v for k, v in asdict(self).items() if not k.startswith("_")}
+        return json.dumps(data, indent=1, sort_keys=True) + "\n"
+
+    def write(self, path: Path) -> None:
+        """Write the manifest to path and its trusted copy to the state directory, both
+        atomically; the copies of paths written before are dropped (one current copy)."""
+        text = self.to_json()
+        atomic_write_text(path, text)
+        copy = state_copy(path)
+        atomic_write_text(copy, text)
+        for old in self._written:
+            if old != copy:
+                old.unlink(missing_ok=True)
+        self._written[:] = [copy]
+
+    def discard(self) -> None:
+        """Remove the state-directory copies (the network is gone); the output-folder
+        files stay for the record."""
+        for old in self._written:
+            old.unlink(missing_ok=True)
+        self._written.clear()
+
+    def record_process(self, name: str, pid: int | None) -> None:
+        """Note a process the network started outside its hosts (the controller) with its
+        start time, so that a clean-up after a SIGKILL ends it and nothing else."""
+        start = process_start_time(pid) if pid else None
+        if start is not None:
+            self.processes[name] = [int(pid), start]
+
+    @classmethod
+    def read(cls, path: Path) -> Manifest:
+        """A manifest from JSON; anything malformed raises `InputError` naming path."""
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+            return cls.from_data(data)
+        except (OSError, ValueError, TypeError) as exc:
+            raise InputError(f"{path}: not a network manifest ({exc})") from None
+
+    @classmethod
+    def from_data(cls, data: Any) -> Manifest:
+        """Check types strictly (a manifest names what is deleted as root)."""
+        def names(v: Any) -> list[str]:
+            if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+                raise TypeError("expected a list of names")
+            return list(v)
+
+        def ints(v: Any) -> dict[str, int]:
+            if not isinstance(v, dict) or not all(
+                    isinstance(k, str) and isinstance(x, int) and not isinstance(x, bool)
+                    for k, x in v.items()):
+                raise TypeError("expected a table of integers")
+            return dict(v)
+
+        if not isinstance(data, dict):
+            raise TypeError("expected a JSON object")
+        known = {"hosts", "netns", "switches", "interfaces", "bridges", "nft_tables",
+                 "processes"}
+        if set(data) - known:
+            raise TypeError(f"unknown keys {sorted(set(data) - known)}")
+        nft = data.get("nft_tables", [])
+        if not isinstance(nft, list) or not all(
+                isinstance(t, list) and len(t) == 2 and all(isinstance(x, str) for x in t)
+                for t in nft):
+            raise TypeError("nft_tables: expected [family, name] pairs")
+        procs = data.get("processes", {})
+        if not isinstance(procs, dict) or not all(
+                isinstance(v, list) and len(v) == 2 and all(
+                    isinstance(x, int) and not isinstance(x, bool) for x in v)
+                for v in procs.values()):
+            raise TypeError("processes: expected name = [pid, start time]")
+        return cls(hosts=ints(data.get("hosts", {})), netns=ints(data.get("netns", {})),
+                   switches=ints(data.get("switches", {})),
+                   interfaces=names(data.get("interfaces", [])),
+                   bridges=names(data.get("bridges", [])),
+                   nft_tables=[list(t) for t in nft],
+                   processes={str(k): list(v) for k, v in procs.items()})
+
+
+def deferred_interrupt(signums: Sequence[str | int]) -> BaseException | None:
+    """The exception a signal that arrived during a clean-up raises once it is over.
+
+    signums: the signals recorded while the clean-up ran (it is never cut short: a
+    second Ctrl-C still leaves nothing behind).  SIGINT gives KeyboardInterrupt, SIGTERM
+    SystemExit(143); none gives None.  The signal is therefore never swallowed.
+    """
+    nums = [int(s) for s in signums]
+    if signal.SIGINT in nums:
+        return KeyboardInterrupt()
+    if nums:
+        return SystemExit(128 + nums[0])
+    return None
+
+
+def process_start_time(pid: int) -> int | None:
+    """A process's start time (clock ticks after boot, /proc/<pid>/stat field 22), or None
+    when it is gone; with the pid it names one process even after pid reuse."""
+    try:
+        with open(f"/proc/{int(pid)}/stat") as f:
+            return int(f.read().rsplit(") ", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def parse_link_names(text: str) -> list[str]:
+    """Interface names from ``ip -o link show`` output (``"3: s1-eth1@if2: ..."``)."""
+    names = []
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) >= 2 and parts[0].strip().isdigit():
+            names.append(parts[1].strip().split("@", 1)[0])
+    return names
+
+
+def netns_inode(pid: int) -> int | None:
+    """The network-namespace inode of a process, or None if it is gone."""
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino
+    except OSError:
+        return None
+
+
+def pids_in_netns(inodes: set[int], exclude: Iterable[int] = ()) -> list[int]:
+    """PIDs of processes whose network namespace is one of ``inodes``."""
+    skip = set(exclude) | {os.getpid()}
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in skip:
+            continue
+        ino = netns_inode(int(entry))
+        if ino is not None and ino in inodes:
+            found.append(int(entry))
+    return found
+
+
+def kill_pids(pids: Sequence[int], grace: float = 2.0) -> list[int]:
+    """SIGTERM each PID, wait up to ``grace`` s, SIGKILL the rest; return those signalled."""
+    hit = []
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+            hit.append(pid)
+        except ProcessLookupError:
+            pass
+    deadline = time.time() + grace
+    alive = list(hit)
+    while alive and time.time() < deadline:
+        time.sleep(0.05)
+        alive = [p for p in alive if _alive(p)]
+    for pid in alive:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return hit
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][:1] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def keep_ovs_state(runner: CommandRunner, dest: Path) -> None:
+    """Copy into dest what OVS knows about its controller connections: every controller
+    record (``ovs-controllers.txt``: is_connected, status) and ovs-vswitchd's log.
+    Never raises: it runs while something else already went wrong."""
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+        res = runner.run(["ovs-vsctl", "--timeout=30", "list", "controller"], check=False,
+                         record=False, timeout=60)
+        (dest / "ovs-controllers.txt").write_text(res.stdout + res.stderr)
+        log = Path("/var/log/openvswitch/ovs-vswitchd.log")
+        if log.exists():
+            shutil.copyfile(log, dest / "ovs-vswitchd.log")
+    except (OSError, TestbedError) as exc:
+        with contextlib.suppress(OSError):
+            (dest / "ovs-controllers.txt").write_text(f"could not read OVS state: {exc}\n")
+
+
+def is_mininet_shell(pid: int, node: str) -> bool:
+    """True if pid is still the shell Mininet started for node (``mininet:<node>``)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f"mininet:{node}".encode() in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def remove_leftovers(manifest: Manifest, runner: CommandRunner, fresh: bool = True
+                     ) -> dict[str, list[str]]:
+    """Remove whatever in manifest still exists, by name/PID; return what was removed.
+
+    Interfaces are deleted only if they still exist under their recorded name, bridges
+    only if OVS lists them.  Processes are signalled only while they are in one of the
+    recorded network namespaces; fresh=False (a manifest from an earlier process)
+    trusts a namespace only while its host's Mininet shell is still alive in it, so a
+    re-used PID or namespace number is never signalled.
+    """
+    report: dict[str, list[str]] = {}
+    inodes = {ino for name, ino in manifest.netns.items()
+              if fresh or (is_mininet_shell(manifest.hosts[name], name)
+                           and netns_inode(manifest.hosts[name]) == ino)}
+    stray = pids_in_netns(inodes)
+    if stray:
+        report["processes"] = [str(p) for p in kill_pids(stray)]
+    for name, pid in manifest.switches.items():
+        if is_mininet_shell(pid, name):
+            kill_pids([pid])
+            report.setdefault("processes", []).append(f"{pid} ({name})")
+    links = set(parse_link_names(runner.run(["ip", "-o", "link", "show"], record=False,
+                                            timeout=30).stdout))
+    for name in manifest.interfaces:
+        if name in links:
+            runner.run(["ip", "link", "del", "dev", name], check=False, timeout=30)
+            report.setdefault("interfaces", []).append(name)
+    if manifest.bridges:
+        res = runner.run(["ovs-vsctl", "--timeout=10", "list-br"], check=False, record=False,
+                         timeout=30)
+        for br in sorted(set(res.stdout.split()) & set(manifest.bridges)):
+            runner.run(["ovs-vsctl", "--timeout=10", "--if-exists", "del-br", br], timeout=30)
+            report.setdefault("bridges", []).append(br)
+    return report
+
+
+def discard_manifest(path: Path) -> None:
+    """Forget the trusted copy of the manifest once written to path (if any)."""
+    with contextlib.suppress(OSError, InputError):
+        state_copy(path).unlink(missing_ok=True)
+
+
+def has_manifest(path: Path) -> bool:
+    """True when the state directory holds a trusted copy for the manifest path."""
+    try:
+        return state_copy(path).is_file()
+    except (OSError, InputError):
+        return False
+
+
+def cleanup_from_manifest(path: Path, runner: CommandRunner | None = None
+                          ) -> dict[str, list[str]]:
+    """Finish the clean-up of a network whose process died (e.g. SIGKILL).
+
+    path: its ``network.json`` (or ``_kept-network.json``) in the output folder; what is
+    removed comes from the trusted copy in `state_dir` alone, never from that file (a
+    difference, or a file without a copy, is reported under ``"untrusted"``).  The copy
+    is removed afterwards.  Returns what was removed.
+    """
+    runner = runner or CommandRunner()
+    path = Path(path)
+    copy = state_copy(path)
+    report: dict[str, list[str]] = {}
+    if not copy.is_file():
+        if path.exists():
+            report["untrusted"] = [f"{path}: no copy in the testbed's state directory; "
+                                   "nothing removed on its word"]
+        return report
+    manifest = Manifest.read(copy)
+    if path.exists():
+        try:
+            same = Manifest.read(path) == manifest
+        except InputError:
+            same = False
+        if not same:
+            report["untrusted"] = [f"{path}: differs from the testbed's own copy; "
+                                   "only the copy was used"]
+    report.update(remove_leftovers(manifest, runner, fresh=False))
+    for name, (pid, start) in manifest.processes.items():
+        if process_start_time(pid) == start:
+            kill_pids([pid])
+            report.setdefault("processes", []).append(f"{pid} ({name})")
+    for family, name in manifest.nft_tables:
+        if runner.ok(["nft", "list", "table", family, name], record=False, timeout=30):
+            runner.run(["nft", "delete", "table", family, name], timeout=30)
+            report.setdefault("nft_tables", []).append(f"{family} {name}")
+    copy.unlink(missing_ok=True)
+    return report

@@ -1,0 +1,172 @@
+"""What a run leaves in a host's network namespace, and putting it back (`HostState`).
+
+A kept network (`testbed.run.reuse`) may serve runs with different transports only if each
+run finds its hosts as a fresh network would have them.  A network that takes a
+*baseline* reads every host's state right after it is built; between two runs,
+`restore_commands` turns what a run changed back and `differences` checks the result:
+
+* the TCP/MPTCP sysctls (`SYSCTL_PATTERN`, writable ones only): congestion control,
+  buffers, ``net.mptcp.*``, ``rp_filter``;
+* the MPTCP path manager: endpoints (flushed) and limits;
+* policy-routing rules and routes (in any table) that the run added.
+
+Anything a run removed from the baseline (a rule or route of the topology's own
+routing) is not recreated: `differences` reports it, and the network is then stopped
+rather than reused.  Everything here is pure except `read_state`/`restore`, which run
+one shell per host through the runner.
+"""
+
+from __future__ import annotations
+
+import re
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from testbed.core.commands import CommandRunner, Namespaced
+
+SYSCTL_PATTERN = r"^net\.(ipv4\.tcp_|mptcp\.|core\.(r|w)mem|ipv4\.conf\.all\.rp_filter)"
+# where those live under /proc/sys (reading only them: `sysctl -a` reads every sysctl,
+# about a second per host under software emulation)
+SYSCTL_GLOBS = ("net/ipv4/tcp_*", "net/mptcp/*", "net/core/rmem_*", "net/core/wmem_*",
+                "net/ipv4/conf/all/rp_filter")
+_SECTIONS = ("limits", "endpoints", "rules", "routes")
+_MARK = "@@testbed-hoststate "
+_RULE = re.compile(r"^(\d+):\s")
+
+
+def parse_sysctl(text: str) -> dict[str, str]:
+    """``key = value`` lines (``sysctl`` output) -> dict."""
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(" = ")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
+
+
+def sysctl_keys(root: Path = Path("/proc/sys"), writable: bool = False) -> list[str]:
+    """The names of the sysctls `SYSCTL_PATTERN` selects, found without reading them (the
+    same names exist in every network namespace; one missing in a host is skipped).
+    writable: only those root may write (read-only lists such as the available
+    congestion controls change when a module loads, not because of a run)."""
+    keys = set()
+    for g in SYSCTL_GLOBS:
+        for p in root.glob(g):
+            if writable:
+                try:
+                    if not p.stat().st_mode & stat.S_IWUSR:
+                        continue
+                except OSError:
+                    continue
+            keys.add(".".join(p.relative_to(root).parts))
+    return sorted(k for k in keys if re.match(SYSCTL_PATTERN, k))
+
+
+@dataclass
+class HostState:
+    """A host's transport-relevant state, as read by `read_state`."""
+
+    sysctls: dict[str, str] = field(default_factory=dict)
+    limits: dict[str, str] = field(default_factory=dict)   # ``ip mptcp limits show``
+    endpoints: list[str] = field(default_factory=list)     # ``ip mptcp endpoint show``
+    rules: list[str] = field(default_factory=list)         # ``ip rule show``
+    routes: list[str] = field(default_factory=list)        # ``ip route show table all``
+
+
+def state_argv(keys: list[str]) -> list[str]:
+    """One ``sh -c`` that prints a host's state in sections (keys: sysctl names, plain
+    tokens from /proc/sys, passed as arguments, never spliced into the script)."""
+    script = "sysctl -e \"$@\"; " + "; ".join(
+        f"echo '{_MARK}{name}'; {cmd}" for name, cmd in (
+            ("limits", "ip mptcp limits show"), ("endpoints", "ip mptcp endpoint show"),
+            ("rules", "ip rule show"), ("routes", "ip route show table all")))
+    return ["sh", "-c", script, "testbed-hoststate", *keys]
+
+
+def parse_state(text: str) -> HostState:
+    """`state_argv` output -> `HostState` (pure)."""
+    parts: dict[str, list[str]] = {"sysctls": []}
+    current = "sysctls"
+    for line in text.splitlines():
+        if line.startswith(_MARK):
+            current = line[len(_MARK):].strip()
+            parts[current] = []
+            continue
+        if line.strip():
+            parts.setdefault(current, []).append(" ".join(line.split()))
+    limit_words = " ".join(parts.get("limits", [])).split()
+    # "linkdown" says the interface has no carrier (a schedule took its link down):
+    # link state, which `Network.begin_run` restores, not a route the run added
+    routes = [" ".join(w for w in r.split() if w != "linkdown")
+              for r in parts.get("routes", [])]
+    return HostState(
+        sysctls=parse_sysctl("\n".join(parts["sysctls"])),
+        limits=dict(zip(limit_words[::2], limit_words[1::2], strict=False)),
+        endpoints=parts.get("endpoints", []), rules=parts.get("rules", []),
+        routes=routes)
+
+
+def restore_commands(base: HostState, now: HostState) -> list[list[str]]:
+    """The commands that take a host from now back to base, as far as that is possible
+    without recreating anything (pure): changed sysctls written back, endpoints flushed,
+    limits reset, rules and routes that base lacks deleted."""
+    cmds: list[list[str]] = []
+    changed = [f"{k}={v}" for k, v in sorted(base.sysctls.items())
+               if now.sysctls.get(k) is not None and now.sysctls[k] != v]
+    if changed:
+        cmds.append(["sysctl", "-q", "-w", *changed])
+    if now.endpoints != base.endpoints:
+        cmds.append(["ip", "mptcp", "endpoint", "flush"])
+    if now.limits != base.limits and base.limits:
+        cmds.append(["ip", "mptcp", "limits", "set",
+                     *(w for k, v in sorted(base.limits.items()) for w in (k, v))])
+    for rule in now.rules:
+        m = _RULE.match(rule)
+        if rule not in base.rules and m:
+            cmds.append(["ip", "rule", "del", "pref", m.group(1)])
+    for route in now.routes:
+        if route not in base.routes:
+            cmds.append(["ip", "route", "del", *route.split()])
+    return cmds
+
+
+def differences(base: HostState, now: HostState) -> list[str]:
+    """What still differs between a host's baseline and its state now (pure)."""
+    out = [f"sysctl {k} = {now.sysctls.get(k)!r}, was {v!r}"
+           for k, v in sorted(base.sysctls.items()) if now.sysctls.get(k) != v]
+    if now.limits != base.limits:
+        out.append(f"MPTCP limits {now.limits}, were {base.limits}")
+    if now.endpoints != base.endpoints:
+        out.append(f"MPTCP endpoints {now.endpoints}, were {base.endpoints}")
+    for name in ("rules", "routes"):
+        b, n = getattr(base, name), getattr(now, name)
+        out += [f"{name[:-1]} added: {x}" for x in n if x not in b]
+        out += [f"{name[:-1]} gone: {x}" for x in b if x not in n]
+    return out
+
+
+def read_state(runner: CommandRunner, host: Namespaced, keys: list[str]) -> HostState:
+    """A host's state now (one shell in its namespaces)."""
+    return parse_state(runner.run(state_argv(keys), host=host, record=False,
+                                  check=False).stdout)
+
+
+def restore(runner: CommandRunner, host: Namespaced, base: HostState,
+            keys: list[str]) -> list[str]:
+    """Put a host back to base; return what still differs afterwards (empty: restored).
+    Every command goes into the transcript; a refused one is reported, not raised."""
+    now = read_state(runner, host, keys)
+    for argv in restore_commands(base, now):
+        runner.run(argv, host=host, check=False)
+    return differences(base, read_state(runner, host, keys))
+
+
+def baseline(runner: CommandRunner, hosts: list[Any], keys: list[str]
+             ) -> dict[str, HostState]:
+    """Every host's state now, by host name (a few hosts at a time)."""
+    from testbed.core.commands import in_parallel
+
+    states = in_parallel(lambda h: read_state(runner, h, keys), hosts)
+    return {h.name: s for h, s in zip(hosts, states, strict=True)}

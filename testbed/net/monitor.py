@@ -1,0 +1,295 @@
+"""What the emulation itself did during a run: CPU, kernel backlog drops, link counters.
+
+A result is only as good as the emulation under it, so every run samples, from the
+root namespace and without starting a program (file reads only):
+
+* ``/proc/stat``: how busy the machine's CPUs were, together and the busiest one (a
+  saturated CPU delays every qdisc, timer and packet it handles, so links run slower
+  and later than configured; with receive packet steering one flow's packets are all
+  handled on one CPU, so one saturated CPU is enough);
+* ``/proc/net/softnet_stat``: packets the kernel dropped because a CPU's backlog queue
+  was full, and how often its receive processing ran out of budget (``time_squeeze``):
+  drops where no queue was configured;
+* the byte counters of every shaped link direction whose interface (or whose veth peer)
+  lives in the root namespace: the rate each link actually carried.
+
+`Monitor` runs these on a thread every `interval` seconds from the run's clock start to
+the end of its traffic; `Monitor.summary` is what ``metadata.json`` keeps under
+``fidelity_raw`` and `analysis.fidelity` judges.  Everything here is pure except the
+file reads in `Monitor`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+BUSY_SATURATED = 0.95  # an interval whose busiest CPU was this busy counts as saturated
+RATE_WINDOW_S = 1.0    # achieved link rate: the best window of this length
+
+
+def parse_proc_stat(text: str) -> tuple[int, int]:
+    """(busy, total) jiffies of the aggregate ``cpu`` line of ``/proc/stat``.
+
+    Busy is everything but idle and iowait (user, nice, system, irq, softirq, steal).
+    """
+    for line in text.splitlines():
+        parts = line.split()
+        if parts and parts[0] == "cpu":
+            vals = [int(v) for v in parts[1:9]]
+            vals += [0] * (8 - len(vals))
+            total = sum(vals)
+            idle = vals[3] + vals[4]
+            return total - idle, total
+    raise ValueError("no aggregate cpu line in /proc/stat")
+
+
+def parse_proc_stat_cpus(text: str) -> list[tuple[int, int]]:
+    """(busy, total) jiffies of each ``cpuN`` line of ``/proc/stat``, in order."""
+    out = []
+    for line in text.splitlines():
+        parts = line.split()
+        if parts and parts[0].startswith("cpu") and parts[0][3:].isdigit():
+            vals = [int(v) for v in parts[1:9]]
+            vals += [0] * (8 - len(vals))
+            out.append((sum(vals) - vals[3] - vals[4], sum(vals)))
+    return out
+
+
+def busiest_fractions(samples: Sequence[Sequence[tuple[int, int]]]) -> list[float]:
+    """Per interval between consecutive per-CPU samples, the busy share of the busiest
+    CPU (with receive steering a flow's packets are handled on one CPU, so one busy CPU
+    limits it while the machine as a whole looks half idle)."""
+    out = []
+    for a, b in itertools.pairwise(samples):
+        shares = [(b1 - b0) / (n1 - n0) for (b0, n0), (b1, n1) in zip(a, b, strict=False)
+                  if n1 > n0]
+        if shares:
+            out.append(max(shares))
+    return out
+
+
+def parse_softnet(text: str) -> dict[str, int]:
+    """Totals over CPUs of ``/proc/net/softnet_stat``: processed, dropped, time_squeeze
+    (hex columns 1-3 of each CPU's line)."""
+    out = {"processed": 0, "dropped": 0, "time_squeeze": 0}
+    for line in text.splitlines():
+        cols = line.split()
+        if len(cols) >= 3:
+            out["processed"] += int(cols[0], 16)
+            out["dropped"] += int(cols[1], 16)
+            out["time_squeeze"] += int(cols[2], 16)
+    return out
+
+
+def parse_dpctl_lost(text: str) -> int | None:
+    """Packets the OVS kernel datapath lost on the way to ovs-vswitchd (``ovs-dpctl
+    show``: ``lookups: hit:N missed:N lost:N``), summed over datapaths; None if absent."""
+    total, seen = 0, False
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("lookups:"):
+            for part in line.split()[1:]:
+                k, _, v = part.partition(":")
+                if k == "lost" and v.isdigit():
+                    total += int(v)
+                    seen = True
+    return total if seen else None
+
+
+def busy_fractions(samples: Sequence[tuple[float, int, int]]) -> list[float]:
+    """Busy share of each interval between consecutive (t, busy, total) samples."""
+    out = []
+    for (_t0, b0, n0), (_t1, b1, n1) in itertools.pairwise(samples):
+        if n1 > n0:
+            out.append((b1 - b0) / (n1 - n0))
+    return out
+
+
+def peak_rate_bps(samples: Sequence[tuple[float, int]], window_s: float = RATE_WINDOW_S
+                  ) -> float | None:
+    """The highest rate (bit/s) over any window of at least window_s between two
+    (time, byte counter) samples; None with fewer than two samples that far apart."""
+    best: float | None = None
+    j = 0
+    for i in range(len(samples)):
+        t1, c1 = samples[i]
+        while j < i and t1 - samples[j + 1][0] >= window_s:
+            j += 1
+        t0, c0 = samples[j]
+        if t1 - t0 >= window_s:
+            rate = (c1 - c0) * 8 / (t1 - t0)
+            best = rate if best is None or rate > best else best
+    return best
+
+
+@dataclass(frozen=True)
+class LinkCounter:
+    """Where to read what one shaped link direction carried: the root-namespace
+    interface and its counter (``tx_bytes`` of the egress itself, or ``rx_bytes`` of
+    the veth peer when the egress lives in a host's namespace)."""
+
+    link: str
+    egress: str      # the shaped interface
+    read_dev: str    # the root-namespace interface whose counter is read
+    counter: str     # tx_bytes | rx_bytes
+    bw_bps: int | None
+
+    @property
+    def path(self) -> Path:
+        return Path("/sys/class/net") / self.read_dev / "statistics" / self.counter
+
+
+class Monitor:
+    """Samples CPU, softnet and link counters on a thread (see the module docstring).
+
+    links: the link directions to watch; interval: seconds between samples; read: reads
+    a file's text (tests pass a fake).
+    """
+
+    def __init__(self, links: Sequence[LinkCounter], interval: float = 0.5,
+                 read: Callable[[str], str] | None = None):
+        self.links = list(links)
+        self.interval = interval
+        self._read = read or (lambda p: Path(p).read_text())
+        self.cpu: list[tuple[float, int, int]] = []
+        self.cpus: list[list[tuple[int, int]]] = []
+        self.softnet: list[dict[str, int]] = []
+        self.counters: dict[str, list[tuple[float, int]]] = {c.egress: [] for c in self.links}
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.t_start: float | None = None
+        self.t_end: float | None = None
+
+    def sample(self) -> None:
+        """Take one sample of everything (errors are kept, not raised)."""
+        now = time.time()
+        try:
+            text = self._read("/proc/stat")
+            busy, total = parse_proc_stat(text)
+            self.cpu.append((now, busy, total))
+            self.cpus.append(parse_proc_stat_cpus(text))
+        except (OSError, ValueError) as exc:
+            self._error(f"/proc/stat: {exc}")
+        try:
+            self.softnet.append(parse_softnet(self._read("/proc/net/softnet_stat")))
+        except (OSError, ValueError) as exc:
+            self._error(f"softnet_stat: {exc}")
+        for c in self.links:
+            try:
+                self.counters[c.egress].append((now, int(self._read(str(c.path)))))
+            except (OSError, ValueError) as exc:
+                self._error(f"{c.path}: {exc}")
+
+    def _error(self, text: str) -> None:
+        if len(self.errors) < 10:
+            self.errors.append(text)
+
+    def start(self) -> Monitor:
+        self.t_start = time.time()
+        self.sample()
+        self._thread = threading.Thread(target=self._loop, name="monitor", daemon=True)
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+    def stop(self) -> dict[str, Any]:
+        """Stop sampling (one last sample) and return `summary`."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+            self.sample()
+        self.t_end = time.time()
+        return self.summary()
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-safe summary: CPU busy mean / saturated share, softnet deltas, per link
+        direction configured and peak rate."""
+        busy = busy_fractions(self.cpu)
+        busiest = busiest_fractions(self.cpus)
+        sat = [b for b in busiest if b >= BUSY_SATURATED]
+        first, last = (self.softnet[0], self.softnet[-1]) if self.softnet else ({}, {})
+        links = []
+        for c in self.links:
+            peak = peak_rate_bps(self.counters[c.egress])
+            links.append({"link": c.link, "egress": c.egress, "bw_bps": c.bw_bps,
+                          "peak_bps": None if peak is None else round(peak, 1),
+                          "bytes": (self.counters[c.egress][-1][1]
+                                    - self.counters[c.egress][0][1])
+                          if len(self.counters[c.egress]) >= 2 else None})
+        return {
+            "interval_s": self.interval, "samples": len(self.cpu),
+            "duration_s": None if self.t_start is None or self.t_end is None
+            else round(self.t_end - self.t_start, 3),
+            "cpu_busy_mean": round(sum(busy) / len(busy), 4) if busy else None,
+            "cpu_busiest_mean": round(sum(busiest) / len(busiest), 4) if busiest else None,
+            "cpu_saturated_share": round(len(sat) / len(busiest), 4) if busiest else None,
+            "softnet_dropped": (last.get("dropped", 0) - first.get("dropped", 0))
+            if self.softnet else None,
+            "softnet_time_squeeze": (last.get("time_squeeze", 0)
+                                     - first.get("time_squeeze", 0)) if self.softnet else None,
+            "links": links, "errors": self.errors,
+        }
+
+
+def link_counters(links: Mapping[str, Any], peer_of: Mapping[str, str],
+                  in_namespace: Mapping[str, bool]) -> list[LinkCounter]:
+    """The link directions a `Monitor` can read from the root namespace.
+
+    links: `testbed.net.network.Network.links` (name -> NamedLink with ``shape`` and
+    ``egress``); peer_of: interface -> the other end of its veth; in_namespace:
+    interface -> whether it lives in a host's namespace.  A direction whose egress and
+    peer are both inside namespaces is left out (its counters are not visible here).
+    """
+    out = []
+    for name, link in links.items():
+        bw = getattr(link.shape, "bw_bps", None)
+        for eg in link.egress:
+            if not in_namespace.get(eg.intf, eg.in_namespace):
+                out.append(LinkCounter(name, eg.intf, eg.intf, "tx_bytes", bw))
+            elif eg.intf in peer_of and not in_namespace.get(peer_of[eg.intf], True):
+                out.append(LinkCounter(name, eg.intf, peer_of[eg.intf], "rx_bytes", bw))
+    return out
+
+
+def parse_qdisc_drops(text: str) -> dict[str, int]:
+    """``tc -s -j qdisc show`` -> {device: packets its queues dropped because they were
+    full}.  netem's drops are left out: that is where configured random loss happens (the
+    testbed's queue is the tbf/pfifo under it, `testbed.net.shaping`)."""
+    import json
+
+    out: dict[str, int] = {}
+    try:
+        data = json.loads(text or "[]")
+    except ValueError:
+        return out
+    for q in data if isinstance(data, list) else []:
+        dev = q.get("dev")
+        if isinstance(dev, str):
+            overflow = 0 if q.get("kind") == "netem" else int(q.get("drops") or 0)
+            out[dev] = out.get(dev, 0) + overflow
+    return out
+
+
+def with_queue_drops(links: list[dict[str, Any]], before: Mapping[str, int] | None,
+                     after: Mapping[str, int] | None) -> list[dict[str, Any]]:
+    """links (`Monitor.summary`'s) with ``queue_drops``: what the egress's qdiscs dropped
+    between the two snapshots (None where the egress is not in the root namespace)."""
+    out = []
+    for link in links:
+        dev = link.get("egress")
+        drops = None
+        if before is not None and after is not None and dev in after:
+            drops = after[dev] - before.get(dev, 0)
+        out.append({**link, "queue_drops": drops})
+    return out

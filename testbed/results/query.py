@@ -1,0 +1,172 @@
+"""``testbed query DIR "SQL"``: DuckDB over the result bundles of an output directory.
+
+Views (each table has a ``run_id`` column to join on):
+
+* ``runs``       one row per bundle: run_id, name, status, repetition, seed, times, error,
+                 path, the swept parameters (columns named after their dotted keys, quote
+                 them in SQL: ``"transport.cc"``) and the headline metrics.
+* ``flows``, ``timeseries``, ``cwnd``, ``ping``, ``events``, ``rtt``: the bundles'
+  ``metrics/<view>.parquet`` of every *complete* run, stacked (columns as in
+  ``docs/bundle.md``, declared in ``testbed.results.columns``; a view without files has those
+  columns and no rows).
+
+Example::
+
+    testbed query results/p2 'SELECT r."transport.cc", avg(f.throughput_bps)/1e6 AS mbps
+                              FROM runs r JOIN flows f USING (run_id) GROUP BY 1'
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from testbed.core import safefiles
+from testbed.core.errors import InputError
+from testbed.results.bundle import COMPLETE, METRIC_TABLES, UNREADABLE, bundles, runs_frame
+
+VIEWS = (*METRIC_TABLES, "rtt")  # rtt.parquet is not required: bundles before it lack it
+
+
+def connect(out: Path) -> Any:
+    """An in-memory DuckDB connection with the views over DIR's bundles.
+
+    out: the output directory of `testbed run`.  No path is put into SQL text: each
+    metrics file is read here (a regular file inside its bundle, no symbolic link
+    followed) and handed to DuckDB as an Arrow table, so a folder named with glob or quote
+    characters cannot change what the query reads.
+    """
+    import duckdb
+
+    out = Path(out)
+    if not out.is_dir():
+        raise InputError(f"{out}: no such results directory; give the --out DIR of "
+                         "`testbed run`")
+    check_readable(out)
+    con = duckdb.connect(":memory:")
+    runs = runs_frame(out)
+    con.register("runs_frame", runs)
+    con.execute("CREATE VIEW runs AS SELECT * FROM runs_frame")
+    complete = [b for b in bundles(out) if b.status() == COMPLETE]
+    for table in VIEWS:
+        files = [(b.run_id, safefiles.file_in(b.root, f"metrics/{table}.parquet"))
+                 for b in complete]
+        files = [(r, f) for r, f in files if f is not None]
+        if files:
+            con.register(f"{table}_data", stacked_table(files))
+            con.execute(f"CREATE VIEW {table} AS SELECT * FROM {table}_data")
+        else:
+            con.execute(f"CREATE VIEW {table} AS {_empty_sql(table)}")
+    return con
+
+
+def check_readable(out: Path) -> None:
+    """Raise `InputError` (one line naming the folder or file) when DIR holds no bundles
+    or a bundle this user may not read.
+
+    out: the output directory.
+    """
+    try:
+        found = bundles(out)
+        studies = [] if found else sorted(p.name for p in Path(out).iterdir()
+                                          if p.is_dir() and (p / "summary.parquet").is_file())
+    except PermissionError as exc:
+        raise InputError(f"{exc.filename or out}: permission denied") from None
+    if not found:
+        hint = (f"it is a study's output: query one spec's folder, e.g. {Path(out) / studies[0]}"
+                if studies else "give the --out DIR of `testbed run`")
+        raise InputError(f"{out}: no result bundles here (no <run-id>/metadata.json); {hint}")
+    unreadable = [b for b in found if b.status() == UNREADABLE]
+    if unreadable:
+        first = unreadable[0]
+        more = f" (and {len(unreadable) - 1} more of {len(found)} runs)" \
+            if len(unreadable) > 1 else ""
+        raise InputError(f"{first.metadata_path}: permission denied{more}; runs made with "
+                         "sudo belong to root: query them with sudo, or give them to this user")
+
+
+def _empty_sql(table: str) -> str:
+    """A view with the documented columns (testbed.results.columns) and no rows."""
+    from testbed.results.columns import names
+    from testbed.results.columns import table as declared
+
+    types = {"string": "VARCHAR", "int64": "BIGINT", "float64": "DOUBLE", "bool": "BOOLEAN"}
+    cols = ", ".join(f"NULL::{types[declared(table).col(n).dtype]} AS \"{n}\""
+                     for n in names(table) if n != "run_id")
+    return f"SELECT NULL::VARCHAR AS run_id, {cols} WHERE false"
+
+
+def stacked_table(files: list[tuple[str, Path]]) -> Any:
+    """One Arrow table of the given parquet files with a leading run_id column.
+
+    files: (run id, path) pairs; columns are united by name (missing ones are null).
+    """
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not files:
+        return pa.table({"run_id": pa.array([], pa.string())})
+    parts = []
+    for run_id, path in files:
+        try:
+            t = pq.read_table(io.BytesIO(safefiles.read_bytes(path)))
+        except PermissionError:
+            raise InputError(f"{path}: permission denied") from None
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            raise InputError(f"{path}: not a readable parquet table ({first})") from None
+        if "run_id" in t.column_names:
+            t = t.drop_columns(["run_id"])
+        parts.append(t.add_column(0, "run_id", pa.array([run_id] * t.num_rows, pa.string())))
+    try:
+        # permissive: runs written by different writers may hold one column as string in
+        # one file and large_string in another (a sweep resumed by a second process
+        # did), or int64 beside a null column; such columns are widened, not refused
+        return pa.concat_tables(parts, promote_options="permissive")
+    except (ValueError, pa.ArrowException) as exc:
+        raise InputError(f"the metrics tables of {len(parts)} runs do not fit together "
+                         f"({str(exc).strip()[:200]})") from None
+
+
+def run_query(out: Path, sql: str):
+    """Run sql over DIR's views; return a pandas DataFrame.
+
+    out: the output directory; sql: one DuckDB SQL statement.
+    """
+    import duckdb
+
+    con = connect(out)
+    try:
+        return con.execute(sql).df()
+    except duckdb.Error as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(f"query: {first} (views: runs, {', '.join(VIEWS)})") \
+            from None
+    finally:
+        con.close()
+
+
+def render_table(df: Any, max_rows: int = 200) -> Any:
+    """A rich Table of a DataFrame (first max_rows rows)."""
+    from rich.table import Table
+
+    table = Table(show_header=True, header_style="bold")
+    for col in df.columns:
+        table.add_column(str(col), overflow="fold")
+    for row in df.head(max_rows).itertuples(index=False):
+        table.add_row(*(_cell(v) for v in row))
+    if len(df) > max_rows:
+        table.caption = f"{len(df) - max_rows} more rows (use --csv for all)"
+    return table
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        if value != value:
+            return ""
+        return f"{value:.6g}"
+    return str(value)
