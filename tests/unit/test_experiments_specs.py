@@ -230,11 +230,9 @@ def _numbers(value: Any, where: str) -> None:
 def test_paper_toml_schema(study: str) -> None:
     data = load_paper(study)
     paper = data["paper"]
-    for key in ("id", "title", "authors", "venue", "file", "setup"):
+    for key in ("id", "title", "authors", "venue", "setup"):
         assert isinstance(paper.get(key), str) and paper[key], f"{study}: paper.{key}"
     assert paper["id"] == study[:2].upper()
-    assert re.fullmatch(rf"00{study[1]}_[0-9a-f]{{16}}\.txt", paper["file"]), \
-        f"{study}: paper.file should name the seed text 00{study[1]}_<hash>.txt"
     figures = data["figures"]
     assert figures, f"{study}: no figures"
     stems = {p.stem for p in spec_files(study)}
