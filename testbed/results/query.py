@@ -23,7 +23,8 @@ from typing import Any
 
 from testbed.core import safefiles
 from testbed.core.errors import InputError
-from testbed.results.bundle import COMPLETE, METRIC_TABLES, UNREADABLE, bundles, runs_frame
+from testbed.results.bundle import COMPLETE, METRIC_TABLES, UNREADABLE, bundles
+from testbed.results.summary import runs_frame
 
 VIEWS = (*METRIC_TABLES, "rtt")  # rtt.parquet is not required: bundles before it lack it
 
