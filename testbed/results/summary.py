@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from testbed.core.safefiles import atomic_write_bytes
 from testbed.results.bundle import Bundle, bundles
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SUMMARY = "summary.parquet"
 
@@ -115,7 +118,7 @@ def run_row(bundle: Bundle) -> dict[str, Any]:
     return row
 
 
-def runs_frame(out: Path):
+def runs_frame(out: Path) -> pd.DataFrame:
     """The runs table (a pandas DataFrame) built from every bundle's metadata.json."""
     import pandas as pd
 
@@ -126,7 +129,7 @@ def runs_frame(out: Path):
     return df
 
 
-def _uniform(col):
+def _uniform(col: pd.Series) -> pd.Series:
     """Make a column storable in parquet: one scalar type, else JSON text."""
     values = [v for v in col if v is not None and v == v]
     kinds = {type(v) for v in values}
