@@ -31,8 +31,9 @@ from typing import Any
 from controllers import canonical_app, layout_for
 from controllers.paths import Routes, compute_routes
 from controllers.rules import nft_table_name, spray_nft_script
-from testbed.core.commands import CommandRunner, Process
+from testbed.core.commands import CommandRunner
 from testbed.core.errors import RunError, UnsupportedError
+from testbed.core.process import Process
 
 LISTEN_HOST = "127.0.0.1"
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -141,9 +141,9 @@ def _run_sweep(plans: list[Any], out: Path, fail_fast: bool, spec: Path,
     from functools import partial
 
     from testbed.core.progress import SweepProgress
-    from testbed.results.bundle import run_sweep
     from testbed.run.reuse import NetworkKeeper
     from testbed.run.runner import check_kernel_support, execute_run, recover_bundle
+    from testbed.run.sweep import run_sweep
 
     sets = [arg for o in overrides for arg in ("--set", o)]
     extra = {"command": shlex.join(["testbed", "run", str(spec), "--out", str(out), *sets]),

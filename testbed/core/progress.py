@@ -26,7 +26,7 @@ _STYLE = {"complete": "green", "failed": "red", "interrupted": "yellow"}
 
 
 class SweepProgress:
-    """A `testbed.results.bundle.Progress` drawing a rich bar (or plain lines off a terminal).
+    """A `testbed.run.sweep.Progress` drawing a rich bar (or plain lines off a terminal).
 
     stream: where to write (stderr by default); plain: force plain lines.
     """

@@ -34,8 +34,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from testbed.core.commands import CommandRunner, Namespaced, Process, in_parallel
+from testbed.core.commands import CommandRunner, in_parallel
 from testbed.core.errors import InputError, RunError
+from testbed.core.process import Process
+from testbed.core.transcript import Namespaced
 
 DEFAULT_SNAPLEN = 128
 DEFAULT_BUFFER_KIB = 16384  # tcpdump -B: absorbs bursts while tcpdump is starved of CPU

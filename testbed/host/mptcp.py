@@ -52,8 +52,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from testbed.core.commands import CommandRunner, Namespaced
+from testbed.core.commands import CommandRunner
 from testbed.core.errors import CommandError, InputError, UnsupportedError
+from testbed.core.transcript import Namespaced
 from testbed.core.units import parse_size
 from testbed.host.transport import apply_tcp, sysctl_write_argv
 

@@ -39,7 +39,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from testbed.core.commands import CommandRunner, Namespaced
+from testbed.core.commands import CommandRunner
+from testbed.core.transcript import Namespaced
 
 DEFAULT_INTERVAL = 0.05
 _NETIDS = {"tcp", "mptcp", "udp", "raw", "u_str", "u_dgr", "u_seq", "sctp", "dccp"}

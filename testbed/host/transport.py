@@ -36,8 +36,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from testbed.core.commands import CommandRunner, Namespaced
+from testbed.core.commands import CommandRunner
 from testbed.core.errors import CommandError, InputError, UnsupportedError
+from testbed.core.transcript import Namespaced
 
 AVAILABLE_CC = "net.ipv4.tcp_available_congestion_control"
 ALLOWED_CC = "net.ipv4.tcp_allowed_congestion_control"

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from testbed.core.commands import CommandRunner, Namespaced
+from testbed.core.commands import CommandRunner
+from testbed.core.transcript import Namespaced
 
 SYSCTL_PATTERN = r"^net\.(ipv4\.tcp_|mptcp\.|core\.(r|w)mem|ipv4\.conf\.all\.rp_filter)"
 # where those live under /proc/sys (reading only them: `sysctl -a` reads every sysctl,

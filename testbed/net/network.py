@@ -57,7 +57,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from testbed.core.commands import BatchShell, CommandRunner, in_parallel, run_batches
+from testbed.core.batch import BatchShell, run_batches
+from testbed.core.commands import CommandRunner, in_parallel
 from testbed.core.errors import (
     CommandError,
     InputError,

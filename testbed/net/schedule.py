@@ -32,8 +32,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TextIO
 
-from testbed.core.commands import realtime_priority
 from testbed.core.errors import InputError, SpecError
+from testbed.core.process import realtime_priority
 from testbed.core.units import parse_duration, parse_percent, parse_rate
 from testbed.spec.linkshape import LinkShape
 

@@ -41,7 +41,7 @@ Semantics (also in docs/shaping.md):
 
 from __future__ import annotations
 
-from testbed.core.commands import batch_text  # noqa: F401  (re-exported)
+from testbed.core.batch import batch_text  # noqa: F401  (re-exported)
 from testbed.spec.linkshape import (  # noqa: F401  (the value and its numbers, re-exported)
     BURST_MIN_BYTES,
     BURST_TIME_S,

@@ -19,16 +19,23 @@ Example::
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from testbed.core import safefiles
 from testbed.core.errors import InputError
-from testbed.results.bundle import COMPLETE, METRIC_TABLES, UNREADABLE, bundles, runs_frame
+from testbed.results.bundle import COMPLETE, METRIC_TABLES, UNREADABLE, bundles
+from testbed.results.summary import runs_frame
+
+if TYPE_CHECKING:
+    import duckdb
+    import pandas as pd
+    import pyarrow as pa
+    from rich.table import Table
 
 VIEWS = (*METRIC_TABLES, "rtt")  # rtt.parquet is not required: bundles before it lack it
 
 
-def connect(out: Path) -> Any:
+def connect(out: Path) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with the views over DIR's bundles.
 
     out: the output directory of `testbed run`.  No path is put into SQL text: each
@@ -96,7 +103,7 @@ def _empty_sql(table: str) -> str:
     return f"SELECT NULL::VARCHAR AS run_id, {cols} WHERE false"
 
 
-def stacked_table(files: list[tuple[str, Path]]) -> Any:
+def stacked_table(files: list[tuple[str, Path]]) -> pa.Table:
     """One Arrow table of the given parquet files with a leading run_id column.
 
     files: (run id, path) pairs; columns are united by name (missing ones are null).
@@ -130,7 +137,7 @@ def stacked_table(files: list[tuple[str, Path]]) -> Any:
                          f"({str(exc).strip()[:200]})") from None
 
 
-def run_query(out: Path, sql: str):
+def run_query(out: Path, sql: str) -> pd.DataFrame:
     """Run sql over DIR's views; return a pandas DataFrame.
 
     out: the output directory; sql: one DuckDB SQL statement.
@@ -148,7 +155,7 @@ def run_query(out: Path, sql: str):
         con.close()
 
 
-def render_table(df: Any, max_rows: int = 200) -> Any:
+def render_table(df: pd.DataFrame, max_rows: int = 200) -> Table:
     """A rich Table of a DataFrame (first max_rows rows)."""
     from rich.table import Table
 

@@ -10,7 +10,7 @@ Order (every step through one `CommandRunner`, whose transcript goes into the bu
                 (or until every finite workload is done, with ``stop_when_done``)
     teardown    workloads, samplers and captures stopped; tc/OVS/sysctl dumps; Network down
     analysis    `analysis.bundle.analyze_bundle` fills metrics/ and gives the headline
-                (or, with analyze=False, later on the host: `results.finish_deferred`)
+                (or, with analyze=False, later on the host: `run.sweep.finish_deferred`)
 
 The pure parts -- the topology object, flow lists, schedule events, transport settings
 -- are separate functions, shared with `dry_run_commands` (``testbed run --dry-run``),
@@ -519,7 +519,7 @@ def execute_run(plan: Any, bundle: Bundle, meta: dict[str, Any], phase: Phase,
     metadata (written by the caller); phase: called with the name of each phase;
     keeper: a `testbed.run.reuse.NetworkKeeper` that may hand over the previous run's network
     and keep this one's for the next run (None: the run builds and stops its own);
-    analyze: False leaves the analysis to `testbed.results.bundle.finish_deferred` later (inside
+    analyze: False leaves the analysis to `testbed.run.sweep.finish_deferred` later (inside
     the testbed VM, whose software emulation makes it ~10x slower than on the host) and
     returns no headline.
     Everything else started here is stopped before this returns or raises.
@@ -877,7 +877,7 @@ def _dry_run_schedule(runner: CommandRunner, exp: Experiment, topo: Any,
     """The schedule's link changes as `Network.apply` makes them at their times: per event
     and namespace one ``tc -force -batch -`` for shape changes, then one ``ip -force
     -batch -`` for down/up, each with its input (what the batch shells are sent)."""
-    from testbed.core.commands import batch_text
+    from testbed.core.batch import batch_text
     from testbed.net import shaping as sh
     from testbed.net.network import link_groups
 

@@ -101,9 +101,9 @@ def run_study(study: Path, variant: str = "quick", out: Path | None = None,
     from functools import partial
 
     from testbed.core.progress import SweepProgress
-    from testbed.results.bundle import run_sweep
     from testbed.run.reuse import NetworkKeeper
     from testbed.run.runner import check_kernel_support, execute_run, recover_bundle
+    from testbed.run.sweep import run_sweep
 
     out = out or default_out(study, variant)
     outcome = StudyOutcome(out=out)
@@ -141,8 +141,8 @@ def spec_outputs(out: Path) -> list[Path]:
 def finish_analysis(out: Path) -> dict[str, str]:
     """Analyse the runs of a study whose analysis was deferred (done inside the VM);
     return {"<spec>/<run id>": error} for those that failed (now marked failed)."""
-    from testbed.results.bundle import finish_deferred
     from testbed.run.runner import analyze_run
+    from testbed.run.sweep import finish_deferred
 
     failed: dict[str, str] = {}
     if not out.is_dir():

@@ -13,7 +13,9 @@ import pytest
 
 from analysis import bundle
 from testbed.results import columns as C
-from testbed.results.bundle import RUN_STATUSES, run_sweep, runs_frame
+from testbed.results.bundle import RUN_STATUSES
+from testbed.results.summary import runs_frame
+from testbed.run.sweep import run_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs" / "bundle.md"
@@ -100,7 +102,7 @@ def test_runs_view_columns_are_declared(tmp_path):
         frame[key] = 1.0
     assert check_table("runs", frame, DOCS.read_text(encoding="utf-8")) == []
     assert "topology.paths.1.bw" in frame.columns  # a swept key: allowed by its pattern
-    # a swept key named like a declared column gets its own column (testbed.results.bundle)
+    # a swept key named like a declared column gets its own column (testbed.results.summary)
     assert C.undocumented("runs", ["param:seed", "param:fidelity", "param:setup_s"]) == []
 
 

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from testbed.core.commands import CommandRunner, in_namespace, run_batches, which
+from testbed.core.batch import run_batches
+from testbed.core.commands import CommandRunner, which
 from testbed.core.errors import CommandError, CommandTimeout, MissingFeatureError
+from testbed.core.transcript import in_namespace
 
 
 @dataclass
@@ -182,7 +184,7 @@ def test_run_batches_checks_every_job_before_running_any() -> None:
 
 
 def test_as_shell_shows_input_as_a_here_document() -> None:
-    from testbed.core.commands import Transcript, TranscriptEntry
+    from testbed.core.transcript import Transcript, TranscriptEntry
 
     t = Transcript()
     t.add(TranscriptEntry(0.0, ["nft", "-f", "-"], "root", 0, 0.0, input="table x\nEOF\n"))

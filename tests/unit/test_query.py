@@ -8,8 +8,8 @@ from typer.testing import CliRunner
 
 from testbed.cli.app import app
 from testbed.core.errors import InputError
-from testbed.results.bundle import run_sweep
 from testbed.results.query import connect, run_query
+from testbed.run.sweep import run_sweep
 
 
 @pytest.fixture(scope="module")

@@ -10,20 +10,17 @@ import pandas as pd
 import pytest
 
 from testbed.core.errors import InputError, MissingFeatureError, RunError
+from testbed.core.safefiles import atomic_write_json, atomic_write_text
 from testbed.results.bundle import (
     ALWAYS_REQUIRED,
     COMPLETE,
     FAILED,
     INTERRUPTED,
     Bundle,
-    atomic_write_json,
-    atomic_write_text,
-    finish_deferred,
     locked,
-    pending_analysis,
-    run_sweep,
-    runs_frame,
 )
+from testbed.results.summary import runs_frame
+from testbed.run.sweep import finish_deferred, pending_analysis, run_sweep
 from testbed.spec.sweep import expand
 
 SPEC = {
@@ -204,7 +201,7 @@ def test_sigterm_inside_a_run_marks_it_interrupted(tmp_path):
 
 
 def test_an_interrupt_before_the_run_starts_still_marks_it(tmp_path, monkeypatch):
-    import testbed.results.bundle as R
+    import testbed.run.sweep as R
 
     real = R.atomic_write_text
     calls = []

@@ -175,7 +175,7 @@ def test_realtime_priority_applies_to_the_calling_thread_only() -> None:
     import os
     import threading
 
-    from testbed.core.commands import realtime_priority
+    from testbed.core.process import realtime_priority
 
     before = os.sched_getscheduler(0)
     seen: dict[str, object] = {}

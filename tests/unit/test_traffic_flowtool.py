@@ -1,5 +1,6 @@
-"""The flow tool over loopback (no root): TCP flows of a size and a duration, a UDP CBR
-flow into a sink, refused connections, and interruption writing a record per flow."""
+"""The flow tool (server, sink, client, command line) over loopback (no root): TCP flows
+of a size and a duration, a UDP CBR flow into a sink, refused connections, and
+interruption writing a record per flow."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.host.traffic import flowtool
+from testbed.host.traffic import flowclient, flowserver, flowsockets, flowtool
 from testbed.host.traffic.flowspec import FlowSpec, dump_flows, read_records
 
 
@@ -26,9 +27,9 @@ def free_port(kind: int = socket.SOCK_STREAM) -> int:
 def server(tmp_path: Path):
     port = free_port()
     stop = threading.Event()
-    log = flowtool.JsonLines(str(tmp_path / "srv.jsonl"))
+    log = flowsockets.JsonLines(str(tmp_path / "srv.jsonl"))
     ready = io.StringIO()
-    t = threading.Thread(target=flowtool.serve, args=("127.0.0.1", port, "tcp", log, stop,
+    t = threading.Thread(target=flowserver.serve, args=("127.0.0.1", port, "tcp", log, stop,
                                                       ready), daemon=True)
     t.start()
     deadline = time.time() + 5
@@ -48,7 +49,7 @@ def flow(port: int, **kw) -> FlowSpec:
 
 def test_sized_flow_record(server) -> None:
     port, srv_log = server
-    rec = flowtool.run_stream_flow(flow(port, size_bytes=300_000), threading.Event())
+    rec = flowclient.run_stream_flow(flow(port, size_bytes=300_000), threading.Event())
     assert rec["error"] is None
     assert rec["bytes"] == rec["bytes_received"] == 300_000
     assert rec["start"] <= rec["t_connected"] <= rec["end"]
@@ -61,14 +62,14 @@ def test_sized_flow_record(server) -> None:
 
 def test_duration_flow_and_per_socket_cc(server) -> None:
     port, _ = server
-    rec = flowtool.run_stream_flow(flow(port, duration_s=0.3, cc="reno"), threading.Event())
+    rec = flowclient.run_stream_flow(flow(port, duration_s=0.3, cc="reno"), threading.Event())
     assert rec["error"] is None, rec
     assert 0.3 <= rec["end"] - rec["t_connected"] < 2.0
     assert rec["bytes"] == rec["bytes_received"] > 0
 
 
 def test_refused_connection_is_an_error_record() -> None:
-    rec = flowtool.run_stream_flow(flow(free_port(), size_bytes=10), threading.Event())
+    rec = flowclient.run_stream_flow(flow(free_port(), size_bytes=10), threading.Event())
     assert rec["error"].startswith("ConnectionRefusedError")
     assert rec["fct_s"] is None and rec["end"] is not None
 
@@ -78,10 +79,10 @@ def test_scheduled_flows_and_interruption(server, tmp_path: Path) -> None:
     flows = [flow(port, flow_id="now", size_bytes=1000),
              flow(port, flow_id="later", size_bytes=1000, start_s=30.0),
              flow(port, flow_id="forever", start_s=0.0)]
-    out = flowtool.JsonLines(str(tmp_path / "out.jsonl"))
+    out = flowsockets.JsonLines(str(tmp_path / "out.jsonl"))
     stop = threading.Event()
     threading.Timer(0.5, stop.set).start()
-    recs = {r["flow_id"]: r for r in flowtool.run_flows(flows, time.time(), out, stop)}
+    recs = {r["flow_id"]: r for r in flowclient.run_flows(flows, time.time(), out, stop)}
     out.close()
     assert recs["now"]["error"] is None
     assert recs["later"]["error"] == "interrupted before it started"
@@ -92,12 +93,12 @@ def test_scheduled_flows_and_interruption(server, tmp_path: Path) -> None:
 def test_udp_cbr_into_sink(tmp_path: Path) -> None:
     port = free_port(socket.SOCK_DGRAM)
     stop = threading.Event()
-    log = flowtool.JsonLines(str(tmp_path / "sink.jsonl"))
-    t = threading.Thread(target=flowtool.sink, args=("127.0.0.1", port, log, stop,
+    log = flowsockets.JsonLines(str(tmp_path / "sink.jsonl"))
+    t = threading.Thread(target=flowserver.sink, args=("127.0.0.1", port, log, stop,
                                                      io.StringIO()), daemon=True)
     t.start()
     time.sleep(0.1)
-    rec = flowtool.run_udp_flow(flow(port, protocol="udp", rate_bps=800_000,
+    rec = flowclient.run_udp_flow(flow(port, protocol="udp", rate_bps=800_000,
                                      packet_size=1000, duration_s=0.5), threading.Event())
     time.sleep(0.1)
     stop.set()
@@ -129,14 +130,14 @@ def test_cli_flows_file(server, tmp_path: Path) -> None:
 
 def test_mptcp_info_on_plain_socket_reports_fallback() -> None:
     with socket.socket() as s:
-        assert flowtool.mptcp_info(s)["mptcp_fallback"] is True
+        assert flowsockets.mptcp_info(s)["mptcp_fallback"] is True
 
 
 def test_a_run_long_flow_on_a_stalled_path_ends_with_the_run(monkeypatch) -> None:
     """A flow without size or duration ends normally when the run stops, even when its
     queued data cannot reach the server (a slow link after a handover): the server's
     count is waited for RUN_END_GRACE_S, not REPLY_GRACE_S, and it is no error."""
-    monkeypatch.setattr(flowtool, "RUN_END_GRACE_S", 0.3)
+    monkeypatch.setattr(flowclient, "RUN_END_GRACE_S", 0.3)
     with socket.socket() as lsn:
         lsn.bind(("127.0.0.1", 0))
         lsn.listen(1)
@@ -145,8 +146,8 @@ def test_a_run_long_flow_on_a_stalled_path_ends_with_the_run(monkeypatch) -> Non
         threading.Timer(0.5, stop.set).start()
         t = time.time()
         # the listener accepts into its backlog but never reads: the data stays queued
-        rec = flowtool.run_stream_flow(flow(port, flow_id="forever"), stop)
+        rec = flowclient.run_stream_flow(flow(port, flow_id="forever"), stop)
         took = time.time() - t
     assert rec["error"] is None and rec["bytes_received"] is None and rec["bytes"] > 0
     assert "ended with the run" in rec["note"] and rec["fct_s"] is None
-    assert took < flowtool.REPLY_GRACE_S / 2
+    assert took < flowsockets.REPLY_GRACE_S / 2

@@ -33,9 +33,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from testbed.core.commands import CommandRunner, Namespaced, Process, in_parallel
+from testbed.core.commands import CommandRunner, in_parallel
 from testbed.core.errors import CommandTimeout, InputError, RunError
+from testbed.core.process import Process
 from testbed.core.safefiles import atomic_write_text
+from testbed.core.transcript import Namespaced
 from testbed.host.traffic.flowspec import FlowSpec, base_record, dump_flows, read_records
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

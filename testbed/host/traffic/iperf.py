@@ -22,8 +22,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from testbed.core.commands import CommandRunner, Namespaced, Process
+from testbed.core.commands import CommandRunner
 from testbed.core.errors import CommandTimeout, InputError, RunError
+from testbed.core.process import Process
+from testbed.core.transcript import Namespaced
 
 
 def mptcp_prefix(protocol: str) -> list[str]:

@@ -23,8 +23,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from testbed.core.commands import CommandRunner, Namespaced, Process
+from testbed.core.commands import CommandRunner
 from testbed.core.errors import CommandTimeout, InputError
+from testbed.core.process import Process
+from testbed.core.transcript import Namespaced
 
 _REPLY = re.compile(r"^\[(?P<t>\d+\.\d+)\] \d+ bytes from [^:]+: icmp_seq=(?P<seq>\d+)"
                     r".*? time=(?P<rtt>[\d.]+) ms")

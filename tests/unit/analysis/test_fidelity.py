@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis.fidelity import THRESHOLDS, assess, rtt_tolerance_ms
-from testbed.results.bundle import fidelity_columns
+from testbed.results.summary import fidelity_columns
 
 
 def raw(**kw):

@@ -15,8 +15,9 @@ from analysis import report, studies
 from testbed.cli.app import app
 from testbed.core import safefiles
 from testbed.core.errors import InputError
-from testbed.results.bundle import LOCK, Bundle, locked, run_row, runs_frame
+from testbed.results.bundle import LOCK, Bundle, locked
 from testbed.results.query import run_query
+from testbed.results.summary import run_row, runs_frame
 
 
 def _complete_bundle(out, run_id, nbytes, params=None):
@@ -249,7 +250,7 @@ def test_study_report_links_only_relative_files_inside(tmp_path):
 
 
 def test_deferred_analysis_never_writes_through_linked_folders(tmp_path):
-    from testbed.results.bundle import finish_deferred
+    from testbed.run.sweep import finish_deferred
 
     out = tmp_path / "out"
     b = _complete_bundle(out, "r1", 1)
