@@ -44,8 +44,8 @@ from testbed.spec.model import (
     FlowsWorkload,
     MultipathTopology,
     PingWorkload,
-    format_duration_exact,
 )
+from testbed.spec.quantities import format_duration_exact
 from testbed.spec.sweep import workload_seed
 
 Phase = Callable[[str], None]

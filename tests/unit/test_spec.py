@@ -9,19 +9,15 @@ import pytest
 from testbed.core.compat import tomllib
 from testbed.core.errors import SpecError
 from testbed.core.units import parse_duration
+from testbed.spec.load import spec_to_toml, validate_spec
 from testbed.spec.model import (
     BulkWorkload,
     FatTreeTopology,
     FlowsWorkload,
     MultipathTopology,
-    describe_validation_error,
-    dotted,
-    format_duration_exact,
-    format_rate_exact,
-    format_size_exact,
-    spec_to_toml,
-    validate_spec,
 )
+from testbed.spec.problems import describe_validation_error, dotted
+from testbed.spec.quantities import format_duration_exact, format_rate_exact, format_size_exact
 
 SPEC = {
     "name": "wifi-3g",
