@@ -23,6 +23,7 @@ from testbed.core.compat import tomllib
 from testbed.core.errors import SpecError
 from testbed.spec.model import Experiment
 from testbed.spec.problems import data_path, show_parts, validation_problems
+from testbed.spec.quantities import USER_TEXT
 
 
 def read_toml(path: Path) -> dict[str, Any]:
@@ -54,7 +55,7 @@ def validate_spec(data: dict[str, Any], source: str = "spec",
     The error's message has one line per problem: ``<source>: <key path>: <what, hint>``.
     """
     try:
-        return Experiment.model_validate(data)
+        return Experiment.model_validate(data, context=USER_TEXT)
     except ValidationError as exc:
         problems = validation_problems(exc, data)
         problems += [p for p in _cross_problems(exc, data) if p not in problems]
@@ -101,7 +102,7 @@ def _cross_problems(exc: ValidationError, data: dict[str, Any]) -> list[str]:
         if err["type"] != "extra_forbidden":
             shadowed.add(show_parts(parts[:-1]))
     try:
-        Experiment.model_validate(pruned)
+        Experiment.model_validate(pruned, context=USER_TEXT)
     except SpecError as cross:
         return [p for p in str(cross).splitlines()
                 if not any(s and (p.startswith((s + ".", s + "[", s + ":"))) for s in shadowed)]

@@ -6,21 +6,32 @@ validation, into base units (bit/s as int, seconds as float, bytes as int, perce
 points as float); dumping with ``mode="json"`` writes the shortest unit string that parses
 back to the same number (the ``format_*_exact`` helpers).  A value that is not a
 quantity is refused with a hint built from the user's number (`suggest_quantity`:
-``"10 mbps"`` -> ``"10Mbit"``).
+``"10 mbps"`` -> ``"10Mbit"``).  Code may also give numbers already in base units
+(``ScheduleEvent(at=3.0, link="wifi", bw=2_000_000)``); a spec a user wrote may not
+(`USER_TEXT`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field, PlainSerializer
+from pydantic import BeforeValidator, Field, PlainSerializer, ValidationInfo
 from pydantic_core import PydanticCustomError
 
 from testbed.core.errors import UnitError
-from testbed.core.units import parse_duration, parse_percent, parse_rate, parse_size
+from testbed.core.units import (
+    MAX_DURATION_S,
+    MAX_RATE_BPS,
+    MAX_SIZE_BYTES,
+    parse_duration,
+    parse_percent,
+    parse_rate,
+    parse_size,
+)
 
 
 def format_rate_exact(bps: int) -> str:
@@ -108,20 +119,46 @@ def suggest_quantity(value: Any, what: str) -> str | None:
     return guess
 
 
+USER_TEXT = "user text: quantities carry units"
+"""The validation context of a spec a user wrote (`testbed.spec.load.validate_spec`): there
+every quantity must be a string with its unit, and a bare number is refused with a hint
+(``4000000`` -> ``"4Mbit"``).  Values built in code (no context) may also be numbers that
+are already in base units (``bw=2_000_000``, ``delay=0.07``); both are range-checked alike.
+"""
+
+_MOST: dict[str, tuple[float, str]] = {
+    "rate": (MAX_RATE_BPS, "1Tbit"), "duration": (MAX_DURATION_S, "168h (one week)"),
+    "size": (MAX_SIZE_BYTES, "1TiB"), "percentage": (100.0, "100%")}
+
+
+def _base_number(value: int | float, what: str) -> int | float:
+    """A number given in base units, checked as `testbed.core.units` checks a parsed one."""
+    most, shown = _MOST[what]
+    if not math.isfinite(value):
+        raise PydanticCustomError("unit", f"{value!r} is not a {what}")
+    if value > most:
+        raise PydanticCustomError(
+            "unit", f"{value!r} is too large for a {what}; the most allowed is {shown}")
+    return value
+
+
 def _quantity(parse: Callable[[object], Any], what: str, minimum: str,
-              bounds: tuple[float, float, str] | None = None) -> Callable[[Any], Any]:
+              bounds: tuple[float, float, str] | None = None
+              ) -> Callable[[Any, ValidationInfo], Any]:
     """A before-validator: parse a unit string, refuse negatives (and zero when minimum='>0').
 
     bounds: (lowest, highest, "how to say the range") for a value with a tighter range
     than its unit allows (a link's rate, delay); zero is allowed below lowest when minimum
-    allows it.
+    allows it.  Outside `USER_TEXT` a number is taken as already in base units.
     """
 
-    def check(value: Any) -> Any:
-        if isinstance(value, str) and value.strip().startswith("-"):
+    def check(value: Any, info: ValidationInfo) -> Any:
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if (isinstance(value, str) and value.strip().startswith("-")) or (number and value < 0):
             raise PydanticCustomError("negative", f"{value!r} is negative; a {what} must be >= 0")
         try:
-            parsed = parse(value)
+            parsed = _base_number(value, what) if number and info.context != USER_TEXT \
+                else parse(value)
         except UnitError as exc:
             guess = suggest_quantity(value, what)
             text = (f"{show_value(value)} is not a {what}; did you mean {show_value(guess)}?"
