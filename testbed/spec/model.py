@@ -24,6 +24,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from testbed.core.errors import InputError
+from testbed.spec.linkshape import DEFAULT_QUEUE_PKTS, LinkShape
 from testbed.spec.quantities import (
     Duration,
     Interval,
@@ -39,7 +40,7 @@ NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$"
 HOST_RE = r"^[A-Za-z][A-Za-z0-9_-]{0,9}$"
 CC_RE = r"^[a-z][a-z0-9_]{0,15}$"
 IFACE_RE = r"^[A-Za-z0-9_.-]{1,15}$"
-PATH_RE = r"^[a-z][a-z0-9_]{0,15}$"  # as topologies.multipath accepts
+PATH_RE = r"^[a-z][a-z0-9_]{0,15}$"
 Name = Annotated[str, Field(pattern=NAME_RE)]
 HostName = Annotated[str, Field(pattern=HOST_RE)]
 CCName = Annotated[str, Field(pattern=CC_RE)]
@@ -62,8 +63,19 @@ class SpecModel(BaseModel):
     # of a spec is reported at once; `unknown_key_hint` adds the did-you-mean hint.
 
 
+def _link_shape(bw: int | None, delay: float, jitter: float, loss: float,
+                queue: int | None) -> LinkShape:
+    return LinkShape(bw_bps=bw, delay_s=delay, jitter_s=jitter, loss_pct=loss,
+                     queue_pkts=DEFAULT_QUEUE_PKTS if queue is None else queue)
+
+
 class PathSpec(SpecModel):
-    """One path of a multipath topology: a named, shaped link pair client <-> server."""
+    """One path of a multipath topology: a named, shaped link pair client <-> server.
+
+    The one path type: `topologies.multipath.MultiHomedTopo` builds from it.  name: the
+    path's name (``wifi``); bw (bit/s, None: unlimited), delay, jitter (s), loss (%),
+    queue (packets, None: `DEFAULT_QUEUE_PKTS`): its shape, in each direction.
+    """
 
     name: Annotated[str, Field(pattern=PATH_RE)]
     bw: LinkRate | None = None
@@ -71,6 +83,11 @@ class PathSpec(SpecModel):
     jitter: LinkDelay = 0.0
     loss: Percent = 0.0
     queue: Annotated[int, Field(gt=0, le=100_000)] | None = None
+
+    @property
+    def shape(self) -> LinkShape:
+        """The path's `LinkShape` (each direction)."""
+        return _link_shape(self.bw, self.delay, self.jitter, self.loss, self.queue)
 
 
 class MultipathTopology(SpecModel):
@@ -98,6 +115,13 @@ class FatTreeTopology(SpecModel):
     delay: LinkDelay = 0.0
     loss: Percent = 0.0
     queue: Annotated[int, Field(gt=0, le=100_000)] | None = None
+
+    @property
+    def shape(self) -> LinkShape | None:
+        """The `LinkShape` of every link, or None when no key shapes them."""
+        if self.bw is None and not self.delay and not self.loss and self.queue is None:
+            return None
+        return _link_shape(self.bw, self.delay, 0.0, self.loss, self.queue)
 
     @field_validator("k")
     @classmethod
@@ -158,7 +182,15 @@ Topology = Annotated[
 
 
 class ScheduleEvent(SpecModel):
-    """A change to one link at a time offset: down/up, or new bw/delay/jitter/loss."""
+    """A change to one link at a time offset: down/up, or new bw/delay/jitter/loss.
+
+    The one event type: a spec's ``[[schedule]]`` entries, trace files
+    (`testbed.spec.trace`) and presets yield it, and the network plays it
+    (`testbed.net.schedule.SchedulePlayer`, ``Network.apply``).  at: seconds after the
+    run's origin; link: the link's name; down: True takes the link down, False brings it
+    back (after the shape changes); bw (bit/s), delay, jitter (s), loss (%): new values,
+    None keeps the link's.
+    """
 
     at: Duration
     link: Annotated[str, Field(min_length=1)]
@@ -172,6 +204,30 @@ class ScheduleEvent(SpecModel):
         """The keys this event changes, in base units (down, bw, delay, jitter, loss)."""
         return {k: v for k, v in self.model_dump(exclude={"at", "link"}).items()
                 if v is not None}
+
+    @property
+    def up(self) -> bool | None:
+        """False: the link goes down; True: it comes back; None: its state stays."""
+        return None if self.down is None else not self.down
+
+    def shape_changes(self) -> dict[str, int | float]:
+        """The `LinkShape` fields this event sets (bw_bps, delay_s, jitter_s, loss_pct)."""
+        fields = {"bw_bps": self.bw, "delay_s": self.delay, "jitter_s": self.jitter,
+                  "loss_pct": self.loss}
+        return {k: v for k, v in fields.items() if v is not None}
+
+    def apply_to(self, shape: LinkShape) -> LinkShape:
+        """shape with this event's values (shape itself when it changes none)."""
+        changes = self.shape_changes()
+        return shape.changed(**changes) if changes else shape
+
+    def as_record(self) -> dict[str, int | float | bool]:
+        """The change in base units for ``events.jsonl``: bw_bps, delay_s, jitter_s,
+        loss_pct and up, those it sets."""
+        record: dict[str, int | float | bool] = dict(self.shape_changes())
+        if self.up is not None:
+            record["up"] = self.up
+        return record
 
 
 class Controller(SpecModel):
