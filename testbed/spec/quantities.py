@@ -153,12 +153,12 @@ def _quantity(parse: Callable[[object], Any], what: str, minimum: str,
     """
 
     def check(value: Any, info: ValidationInfo) -> Any:
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if (isinstance(value, str) and value.strip().startswith("-")) or (number and value < 0):
+        typed = isinstance(value, (int, float)) and not isinstance(value, bool) \
+            and info.context != USER_TEXT  # a number in base units, from code
+        if (isinstance(value, str) and value.strip().startswith("-")) or (typed and value < 0):
             raise PydanticCustomError("negative", f"{value!r} is negative; a {what} must be >= 0")
         try:
-            parsed = _base_number(value, what) if number and info.context != USER_TEXT \
-                else parse(value)
+            parsed = _base_number(value, what) if typed else parse(value)
         except UnitError as exc:
             guess = suggest_quantity(value, what)
             text = (f"{show_value(value)} is not a {what}; did you mean {show_value(guess)}?"

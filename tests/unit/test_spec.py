@@ -240,3 +240,16 @@ def test_bare_numbers_only_in_code():
         validate_spec(data, "s.toml")
     assert 'schedule[0].at: 12 is not a duration; did you mean "12s"?' in str(err.value)
     assert Experiment.model_validate(data).schedule[0].at == 12.0
+
+
+@pytest.mark.parametrize(("value", "words"), [
+    (-5, "-5 is not a rate; use a string with a unit, e.g. '4Mbit'"),
+    (4000000, 'topology.paths[0].bw: 4000000 is not a rate; did you mean "4Mbit"?'),
+    (True, "True is not a rate; use a string with a unit"),
+])
+def test_bare_numbers_in_a_spec_keep_their_messages(value, words):
+    data = copy.deepcopy(SPEC)
+    data["topology"]["paths"][0]["bw"] = value
+    with pytest.raises(SpecError) as err:
+        validate_spec(data, "s.toml")
+    assert words in str(err.value)
