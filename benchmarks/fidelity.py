@@ -47,9 +47,9 @@ from testbed.host.traffic.iperf import (
 )
 from testbed.host.traffic.ping import parse_ping, ping_argv
 from testbed.net.network import Network
-from testbed.net.schedule import LinkChange, ScheduleEvent
 from testbed.net.shaping import LinkShape
-from topologies.multipath import MultiHomedTopo, PathSpec
+from testbed.spec.model import PathSpec, ScheduleEvent
+from topologies.multipath import MultiHomedTopo
 from topologies.pair import PairTopo
 
 RATES_MBIT = (5, 10, 20, 50)
@@ -213,8 +213,8 @@ def _fmt(v: Any) -> str:
 def multipath_table(runner: CommandRunner, workdir: Path, seconds: float, rps: bool = True
                     ) -> list[dict[str, Any]]:
     """Table 2: RTT and TCP per path of a 2-path network, then both at once."""
-    paths = [PathSpec("wifi", LinkShape(bw_bps=10_000_000, delay_s=0.010, queue_pkts=100)),
-             PathSpec("cell", LinkShape(bw_bps=5_000_000, delay_s=0.040, queue_pkts=100))]
+    paths = [PathSpec(name="wifi", bw=10_000_000, delay=0.010, queue=100),
+             PathSpec(name="cell", bw=5_000_000, delay=0.040, queue=100)]
     topo = MultiHomedTopo(paths=paths)
     rows: list[dict[str, Any]] = []
     with Network(topo, runner=runner, workdir=workdir / "multipath", rps=rps) as net:
@@ -262,14 +262,14 @@ def event_latency(runner: CommandRunner, workdir: Path, n: int) -> dict[str, Any
     for i in range(n):
         at = 0.5 + 0.25 * i
         kind = i % 4
-        change = (LinkChange(bw_bps=5_000_000 if i % 8 else 10_000_000) if kind == 0 else
-                  LinkChange(delay_s=0.02 if i % 8 == 1 else 0.01) if kind == 1 else
-                  LinkChange(up=False) if kind == 2 else LinkChange(up=True))
-        events.append(ScheduleEvent(at, "link", change))
+        change = ({"bw": 5_000_000 if i % 8 else 10_000_000} if kind == 0 else
+                  {"delay": 0.02 if i % 8 == 1 else 0.01} if kind == 1 else
+                  {"down": kind == 2})
+        events.append(ScheduleEvent(at=at, link="link", **change))
     with Network(PairTopo(shape=base), runner=runner, workdir=workdir / "events") as net:
         net.prepare_schedule(events)  # as the runner does, before the time origin
         player = net.play(events, t0=time.time())
-        player.join(events[-1].at_s + 30)
+        player.join(events[-1].at + 30)
     lags = [1e3 * (a.t_applied - a.t_planned) for a in player.applied]
     errors = [a.error for a in player.applied if a.error]
     lags.sort()

@@ -50,9 +50,11 @@ from mininet.topo import Topo
 
 try:
     from testbed.core.errors import InputError
+    from testbed.spec.linkshape import LinkShape, mininet_params
 except ImportError:  # loaded by `mn --custom` with a Python that lacks the project on its path
     sys.path.insert(0, str(Path(inspect.getfile(inspect.currentframe())).resolve().parents[1]))
     from testbed.core.errors import InputError
+    from testbed.spec.linkshape import LinkShape, mininet_params
 
 EDGE, AGGREGATION, CORE = 1, 2, 3
 LEVEL_PREFIX = {EDGE: "E", AGGREGATION: "A", CORE: "C"}
@@ -252,17 +254,27 @@ def layer_link_options(defaults: Mapping[str, Any] | None,
 class FatTreeTopo(Topo):
     """Mininet topology for a k-ary fat-tree (see the module docstring for names and ports).
 
-    k: arity (even, >= 2); bw, delay, jitter, loss, max_queue_size: Mininet link options for
-    every link (None = unset); layers: per-layer overrides ``{"agg_core": {"bw": 10}}``.
+    k: arity (even, >= 2); shape: the `LinkShape` of every link (what a spec gives, see
+    `testbed.spec.model.FatTreeTopology.shape`); or else bw, delay, jitter, loss,
+    max_queue_size: Mininet link options for every link (None = unset) and layers:
+    per-layer overrides ``{"agg_core": {"bw": 10}}``.
     """
 
     def build(self, k: int = 4, bw: float | None = None, delay: str | None = None,
               jitter: str | None = None, loss: float | None = None,
               max_queue_size: int | None = None,
-              layers: Mapping[str, Mapping[str, Any]] | None = None, **_opts: Any) -> None:
+              layers: Mapping[str, Mapping[str, Any]] | None = None,
+              shape: LinkShape | None = None, **_opts: Any) -> None:
         self.layout = fattree_layout(k)
-        options = layer_link_options(dict(bw=bw, delay=delay, jitter=jitter, loss=loss,
-                                          max_queue_size=max_queue_size), layers)
+        mininet = dict(bw=bw, delay=delay, jitter=jitter, loss=loss,
+                       max_queue_size=max_queue_size)
+        if shape is None:
+            options = layer_link_options(mininet, layers)
+        elif layers or any(v is not None for v in mininet.values()):
+            raise TopologyError("fattree: give either a shape or Mininet link options, "
+                                "not both")
+        else:  # TCLink-style keys too, so `mn --link tc` shapes it similarly
+            options = {layer: {"shape": shape, **mininet_params(shape)} for layer in LAYERS}
         for sw in self.layout.switches:
             self.addSwitch(sw.name, dpid=sw.dpid_str)
         for host in self.layout.hosts:

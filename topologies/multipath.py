@@ -5,7 +5,7 @@ directly::
 
     mn --custom topologies/multipath.py --topo multipath,2
 
-Layout for paths p0..pN-1 (p_i named e.g. "wifi", "3g")::
+Layout for paths p0..pN-1 (p_i named e.g. "wifi", "lte")::
 
     client-eth<i> -- s<i+1> -- router-eth<i>        (single-homed server, default)
                                 router-eth<N> -- server-eth0
@@ -38,7 +38,6 @@ a socket bound to a path's address leaves through that path (what MPTCP subflows
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -46,23 +45,12 @@ from mininet.node import Node
 from mininet.topo import Topo
 
 from testbed.core.errors import InputError
-from testbed.spec.linkshape import LinkShape, mininet_params
+from testbed.spec.linkshape import mininet_params
+from testbed.spec.model import PathSpec
 
 MAX_PATHS = 99
 SERVER_LAN = 100
 TABLE_BASE = 100
-_NAME = re.compile(r"^[a-z][a-z0-9_]{0,15}$")
-
-
-@dataclass(frozen=True)
-class PathSpec:
-    """One path of a multi-homed host.
-
-    name: the path's name (``wifi``); shape: its `LinkShape` (each direction).
-    """
-
-    name: str
-    shape: LinkShape
 
 
 @dataclass(frozen=True)
@@ -102,10 +90,7 @@ def _check_paths(paths: Sequence[PathSpec]) -> None:
     if len(paths) > MAX_PATHS:
         raise InputError(f"topology.paths: at most {MAX_PATHS} paths, got {len(paths)}")
     seen: set[str] = set()
-    for i, p in enumerate(paths):
-        if not _NAME.match(p.name):
-            raise InputError(f"topology.paths[{i}].name: {p.name!r} must be lower-case "
-                             "letters, digits or _ (start with a letter, at most 16)")
+    for i, p in enumerate(paths):  # each name is checked by PathSpec itself
         if p.name in seen:
             raise InputError(f"topology.paths[{i}].name: {p.name!r} is used twice")
         seen.add(p.name)
@@ -130,8 +115,9 @@ def address_plan(paths: Sequence[PathSpec], server_multihomed: bool = False
 class MultiHomedTopo(Topo):
     """A client with N paths (each its own switch) to a single- or multi-homed server.
 
-    paths: the `PathSpec` list; server_multihomed: give the server one interface per
-    path (each path then ends at the server directly, no router).
+    paths: the spec's `testbed.spec.model.PathSpec` list (name and shape of each path);
+    server_multihomed: give the server one interface per path (each path then ends at
+    the server directly, no router).
     """
 
     def build(self, paths: Sequence[PathSpec] = (), server_multihomed: bool = False,
@@ -150,15 +136,16 @@ class MultiHomedTopo(Topo):
             self.addHost("server", ip=f"10.0.{SERVER_LAN}.1/24",
                          defaultRoute=f"via 10.0.{SERVER_LAN}.254")
         for spec, pa in zip(paths, plan, strict=True):
+            shape = spec.shape
             self.addSwitch(pa.switch, dpid=f"{pa.index + 1:016x}", failMode="standalone")
             # access link: TCLink-style keys too, so `mn --link tc` shapes it similarly
             self.addLink("client", pa.switch, port1=pa.index, port2=1,
                          params1={"ip": f"{pa.client_addr}/24"},
-                         path=spec.name, link_name=spec.name, shape=spec.shape,
-                         shape_ends=(pa.switch,), **mininet_params(spec.shape))
+                         path=spec.name, link_name=spec.name, shape=shape,
+                         shape_ends=(pa.switch,), **mininet_params(shape))
             self.addLink(pa.switch, pa.far_node, port1=2, port2=pa.index,
                          params2={"ip": f"{pa.far_addr}/24"},
-                         path=spec.name, link_name=spec.name, shape=spec.shape,
+                         path=spec.name, link_name=spec.name, shape=shape,
                          shape_ends=(pa.switch,))
         if not server_multihomed:
             self.addLink("router", "server", port1=len(plan), port2=0,
@@ -200,8 +187,7 @@ class MultiHomedTopo(Topo):
 
 def default_paths(n: int = 2) -> list[PathSpec]:
     """n paths named p0.. at 10 Mbit/s, 10 ms one-way, 100-packet queues."""
-    shape = LinkShape(bw_bps=10_000_000, delay_s=0.010, queue_pkts=100)
-    return [PathSpec(f"p{i}", shape) for i in range(n)]
+    return [PathSpec(name=f"p{i}", bw=10_000_000, delay=0.010, queue=100) for i in range(n)]
 
 
 def _mn_multipath(n: int = 2, multihomed: int = 0) -> MultiHomedTopo:

@@ -3,7 +3,7 @@
 ``configure_host`` is what the runner calls once per host after the network is up::
 
     from testbed.host.mptcp import TransportSettings, configure_host, host_interfaces
-    ts = TransportSettings.from_spec(spec.transport)        # or a plain dict
+    ts = TransportSettings.from_spec(spec.transport)        # the validated [transport]
     ensure_cc(runner, ts.cc)                                 # before the network (fail early)
     applied = configure_host(runner, net.host("client"), ts,
                              host_interfaces(net.host("client")), role="client",
@@ -55,8 +55,8 @@ from typing import Any
 from testbed.core.commands import CommandRunner
 from testbed.core.errors import CommandError, InputError, UnsupportedError
 from testbed.core.transcript import Namespaced
-from testbed.core.units import parse_size
 from testbed.host.transport import apply_tcp, sysctl_write_argv
+from testbed.spec.model import Transport
 
 MAX_SUBFLOWS = 8           # MPTCP_PM_ADDR_MAX on 6.1
 MAX_PER_PATH = 4
@@ -99,19 +99,14 @@ class TransportSettings:
     sysctl: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_spec(cls, obj: Any) -> TransportSettings:
-        """From the spec's ``Transport`` model, a mapping, or None (defaults)."""
-        if obj is None:
-            return cls()
-        get = obj.get if isinstance(obj, Mapping) else (lambda k, d=None: getattr(obj, k, d))
-
-        def size(v: Any) -> int | None:
-            return None if v is None else parse_size(v) if isinstance(v, str) else int(v)
-
-        ts = cls(protocol=get("protocol", "tcp") or "tcp", cc=get("cc", "cubic"),
-                 rmem=size(get("rmem")), wmem=size(get("wmem")),
-                 subflows=get("subflows"), subflows_per_path=get("subflows_per_path", 1) or 1,
-                 scheduler=get("scheduler"), sysctl=dict(get("sysctl") or {}))
+    def from_spec(cls, transport: Transport, protocol: str | None = None
+                  ) -> TransportSettings:
+        """From the spec's validated ``[transport]`` (sizes in bytes); protocol: instead of
+        the table's own (the runner uses MPTCP only where a workload needs it)."""
+        ts = cls(protocol=protocol or transport.protocol, cc=transport.cc,
+                 rmem=transport.rmem, wmem=transport.wmem, subflows=transport.subflows,
+                 subflows_per_path=transport.subflows_per_path,
+                 scheduler=transport.scheduler, sysctl=dict(transport.sysctl))
         ts.check()
         return ts
 
@@ -330,19 +325,17 @@ def _read(runner: CommandRunner, host: Namespaced, argv: list[str]) -> str:
     return runner.run(argv, host=host, record=False, check=False).stdout
 
 
-def configure_host(runner: CommandRunner, host: Namespaced, transport: Any,
+def configure_host(runner: CommandRunner, host: Namespaced, ts: TransportSettings,
                    interfaces: Sequence[HostInterface], role: str = "client",
                    peer_multihomed: bool = False, primary: str | None = None
                    ) -> dict[str, Any]:
     """Apply the transport settings inside host; return what was applied.
 
-    runner: command runner; host: Mininet host; transport: `TransportSettings`, the
-    spec's ``Transport`` or a mapping; interfaces: `host_interfaces(host)`; role:
-    ``client`` | ``server``; peer_multihomed, primary: see `plan_mptcp`.
+    runner: command runner; host: Mininet host; ts: the settings (`from_spec` for a
+    spec's ``[transport]``); interfaces: `host_interfaces(host)`; role: ``client`` |
+    ``server``; peer_multihomed, primary: see `plan_mptcp`.
     Raises `UnsupportedError` for an unavailable CC or scheduler.
     """
-    ts = transport if isinstance(transport, TransportSettings) \
-        else TransportSettings.from_spec(transport)
     applied: dict[str, Any] = {"host": host.name, "role": role, "protocol": ts.protocol}
     applied["sysctl"] = apply_tcp(runner, host, cc=ts.cc, rmem=ts.rmem, wmem=ts.wmem,
                                   extra=ts.sysctl)

@@ -77,7 +77,8 @@ from testbed.net.cleanup import (
     pids_in_netns,
     remove_leftovers,
 )
-from testbed.net.schedule import ScheduleEvent, SchedulePlayer
+from testbed.net.schedule import SchedulePlayer
+from testbed.spec.model import ScheduleEvent
 
 DEFAULT_CONTROLLER_PORT = 6653
 
@@ -647,11 +648,11 @@ class Network:
     def apply(self, event: ScheduleEvent) -> None:
         """Apply a schedule event now: shape changes first, then down/up."""
         link = self.link(event.link)
-        new = event.change.apply_to(link.shape)
+        new = event.apply_to(link.shape)
         if new != link.shape:
             self.set_shape(event.link, new)
-        if event.change.up is not None and event.change.up != link.up:
-            self.set_up(event.link, event.change.up)
+        if event.up is not None and event.up != link.up:
+            self.set_up(event.link, event.up)
 
     def prepare_schedule(self, events: Sequence[ScheduleEvent]) -> None:
         """Get ready to apply events on time: start the batch shells they will use, have

@@ -1,9 +1,11 @@
-"""Time-varying links: events ``(at, link, changes)``, CSV trace replay, P3 presets,
-and a player that applies them on time.
+"""Time-varying links on the network: a player that applies events on time, and the P3
+handover presets.
 
-* An event changes any of bw / delay / loss / jitter of a named link, or takes it down
-  / up.  `testbed.net.network.Network.apply` turns it into ``tc qdisc change`` and
-  ``ip link set`` commands (never re-creating a qdisc).
+* An event (`testbed.spec.model.ScheduleEvent`, from a spec's ``[[schedule]]``, a trace
+  file read by `testbed.spec.trace` or a preset here) changes any of bw / delay / loss /
+  jitter of a named link, or takes it down / up.  `testbed.net.network.Network.apply`
+  turns it into ``tc qdisc change`` and ``ip link set`` commands (never re-creating a
+  qdisc).
 * `SchedulePlayer` runs in a thread, sleeps on the ``time.time()`` clock (the clock
   tcpdump stamps packets with) until ``t0 + at``, applies the event and appends one
   JSON line to ``samples/events.jsonl``::
@@ -14,195 +16,21 @@ and a player that applies them on time.
   ``changes`` uses base units: ``bw_bps``, ``delay_s``, ``jitter_s``, ``loss_pct``, and
   ``up`` (false: link taken down, true: brought back).  ``t_applied`` is taken when the
   commands have returned, i.e. when the kernel has the new configuration.
-* Trace CSV: a header naming the columns, then one row per change.  Columns ``time``,
-  ``bw``, ``delay``, ``loss`` (and optionally ``jitter``) take values with units
-  (``1.5s``, ``10Mbit``, ``20ms``, ``1%``); ``time_s``, ``bw_mbit``, ``bw_kbit``,
-  ``delay_ms``, ``jitter_ms``, ``loss_pct`` take bare numbers.  An empty cell keeps the
-  previous value.
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
 
-from testbed.core.errors import InputError, SpecError
+from testbed.core.errors import SpecError
 from testbed.core.process import realtime_priority
-from testbed.core.units import parse_duration, parse_percent, parse_rate
 from testbed.spec.linkshape import LinkShape
-
-CHANGE_KEYS = ("bw", "delay", "jitter", "loss", "down", "up")
-
-
-@dataclass(frozen=True)
-class LinkChange:
-    """What an event changes; None means "leave as it is".
-
-    bw_bps / delay_s / jitter_s / loss_pct: new values; up: False takes the link down,
-    True brings it back (after the other changes are applied).
-    """
-
-    bw_bps: int | None = None
-    delay_s: float | None = None
-    jitter_s: float | None = None
-    loss_pct: float | None = None
-    up: bool | None = None
-
-    def shape_changes(self) -> dict[str, Any]:
-        """The `LinkShape` fields this change sets."""
-        return {f.name: getattr(self, f.name) for f in fields(self)
-                if f.name != "up" and getattr(self, f.name) is not None}
-
-    def as_record(self) -> dict[str, Any]:
-        """The change in base units, for ``events.jsonl``."""
-        return {f.name: getattr(self, f.name) for f in fields(self)
-                if getattr(self, f.name) is not None}
-
-    def apply_to(self, shape: LinkShape) -> LinkShape:
-        """shape with this change's values."""
-        return shape.changed(**self.shape_changes()) if self.shape_changes() else shape
-
-
-@dataclass(frozen=True)
-class ScheduleEvent:
-    """At ``at_s`` seconds after the run's origin, change ``link`` by ``change``."""
-
-    at_s: float
-    link: str
-    change: LinkChange
-
-
-def change_from_mapping(data: Mapping[str, Any], where: str = "schedule") -> LinkChange:
-    """Parse spec-style changes ``{bw = "2Mbit", delay = "70ms", down = true, ...}``.
-
-    data: the change keys (bw, delay, jitter, loss, down, up); where: the place in the
-    spec, for error messages.
-    """
-    extra = sorted(set(data) - set(CHANGE_KEYS))
-    if extra:
-        raise SpecError(f"{where}: unknown key(s) {', '.join(extra)}; "
-                        f"expected some of {', '.join(CHANGE_KEYS)}")
-    kw: dict[str, Any] = {}
-    parsers = (("bw", "bw_bps", parse_rate), ("delay", "delay_s", parse_duration),
-               ("jitter", "jitter_s", parse_duration), ("loss", "loss_pct", parse_percent))
-    for key, attr, parse in parsers:
-        if key in data:
-            try:
-                kw[attr] = parse(data[key])
-            except InputError as exc:
-                raise SpecError(f"{where}.{key}: {exc}") from None
-    for key, up_value in (("down", False), ("up", True)):
-        if key in data:
-            if not isinstance(data[key], bool):
-                raise SpecError(f"{where}.{key}: expected true or false, got {data[key]!r}")
-            if data[key]:
-                if "up" in kw:
-                    raise SpecError(f"{where}: give either down or up, not both")
-                kw["up"] = up_value
-    if not kw:
-        raise SpecError(f"{where}: nothing to change; give at least one of "
-                        f"{', '.join(CHANGE_KEYS)}")
-    return LinkChange(**kw)
-
-
-def event_from_mapping(data: Mapping[str, Any], where: str = "schedule") -> ScheduleEvent:
-    """Parse one ``[[schedule]]`` entry: ``at``, ``link`` and the change keys."""
-    if "at" not in data or "link" not in data:
-        raise SpecError(f"{where}: needs 'at' (e.g. \"12s\") and 'link' (a path name)")
-    try:
-        at = parse_duration(data["at"])
-    except InputError as exc:
-        raise SpecError(f"{where}.at: {exc}") from None
-    if not isinstance(data["link"], str):
-        raise SpecError(f"{where}.link: expected a link name, got {data['link']!r}")
-    rest = {k: v for k, v in data.items() if k not in ("at", "link")}
-    return ScheduleEvent(at, data["link"], change_from_mapping(rest, where))
-
-
-def parse_schedule(entries: Sequence[Mapping[str, Any]], where: str = "schedule"
-                   ) -> list[ScheduleEvent]:
-    """Parse a list of ``[[schedule]]`` entries, sorted by time (stable)."""
-    events = [event_from_mapping(e, f"{where}[{i}]") for i, e in enumerate(entries)]
-    return sorted(events, key=lambda e: e.at_s)
-
-
-# -- trace replay -----------------------------------------------------------------------
-
-_TRACE_COLUMNS: dict[str, tuple[str, Callable[[str], Any]]] = {
-    "time": ("at", parse_duration),
-    "time_s": ("at", float),
-    "bw": ("bw_bps", parse_rate),
-    "bw_mbit": ("bw_bps", lambda v: round(float(v) * 1e6)),
-    "bw_kbit": ("bw_bps", lambda v: round(float(v) * 1e3)),
-    "delay": ("delay_s", parse_duration),
-    "delay_ms": ("delay_s", lambda v: float(v) / 1e3),
-    "jitter": ("jitter_s", parse_duration),
-    "jitter_ms": ("jitter_s", lambda v: float(v) / 1e3),
-    "loss": ("loss_pct", parse_percent),
-    "loss_pct": ("loss_pct", float),
-}
-
-
-def parse_trace(stream: TextIO, link: str, source: str = "trace") -> list[ScheduleEvent]:
-    """Parse a trace CSV (see the module docstring) into events for ``link``.
-
-    stream: the CSV text; link: the link the trace drives; source: file name for errors.
-    """
-    reader = csv.reader(stream)
-    try:
-        header = [h.strip().lower() for h in next(reader)]
-    except StopIteration:
-        raise SpecError(f"{source}: empty trace; expected a header such as "
-                        "'time,bw,delay,loss'") from None
-    unknown = [h for h in header if h not in _TRACE_COLUMNS]
-    if unknown:
-        raise SpecError(f"{source}: unknown column(s) {', '.join(unknown)}; use "
-                        f"{', '.join(_TRACE_COLUMNS)}")
-    if not any(_TRACE_COLUMNS[h][0] == "at" for h in header):
-        raise SpecError(f"{source}: needs a 'time' (or 'time_s') column")
-    events: list[ScheduleEvent] = []
-    last = -1.0
-    for lineno, row in enumerate(reader, start=2):
-        if not row or all(not c.strip() for c in row):
-            continue
-        if len(row) != len(header):
-            raise SpecError(f"{source}:{lineno}: {len(row)} cells, header has {len(header)}")
-        kw: dict[str, Any] = {}
-        for name, cell in zip(header, row, strict=True):
-            cell = cell.strip()
-            if not cell:
-                continue
-            attr, parse = _TRACE_COLUMNS[name]
-            try:
-                kw[attr] = parse(cell)
-            except (InputError, ValueError):
-                raise SpecError(f"{source}:{lineno}: column {name!r} has {cell!r}") from None
-        if "at" not in kw:
-            raise SpecError(f"{source}:{lineno}: the time cell is empty")
-        at = kw.pop("at")
-        if at < last:
-            raise SpecError(f"{source}:{lineno}: time {at:g}s goes backwards (after "
-                            f"{last:g}s)")
-        last = at
-        if kw:
-            events.append(ScheduleEvent(at, link, LinkChange(**kw)))
-    return events
-
-
-def load_trace(path: Path, link: str) -> list[ScheduleEvent]:
-    """`parse_trace` on a file."""
-    try:
-        with open(path, newline="") as f:
-            return parse_trace(f, link, source=str(path))
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read the trace ({exc.strerror})") from None
-
+from testbed.spec.model import ScheduleEvent
 
 # -- P3 presets (vertical handover) --------------------------------------------------
 
@@ -212,10 +40,6 @@ WIRED = LinkShape(bw_bps=100_000_000, delay_s=0.005, queue_pkts=100)
 ACCESS = {"wlan": WLAN, "imt2000": IMT2000, "wired": WIRED}
 
 
-def _as_change(shape: LinkShape, up: bool | None = None) -> LinkChange:
-    return LinkChange(bw_bps=shape.bw_bps, delay_s=shape.delay_s, up=up)
-
-
 def handover(link: str, at_s: float, to: LinkShape, outage_s: float = 0.0
              ) -> list[ScheduleEvent]:
     """A vertical handover: at ``at_s`` the link goes down for ``outage_s`` (if > 0),
@@ -223,9 +47,10 @@ def handover(link: str, at_s: float, to: LinkShape, outage_s: float = 0.0
     if outage_s < 0:
         raise SpecError(f"handover outage {outage_s:g}s is negative")
     if outage_s == 0:
-        return [ScheduleEvent(at_s, link, _as_change(to))]
-    return [ScheduleEvent(at_s, link, LinkChange(up=False)),
-            ScheduleEvent(at_s + outage_s, link, _as_change(to, up=True))]
+        return [ScheduleEvent(at=at_s, link=link, bw=to.bw_bps, delay=to.delay_s)]
+    return [ScheduleEvent(at=at_s, link=link, down=True),
+            ScheduleEvent(at=at_s + outage_s, link=link, down=False, bw=to.bw_bps,
+                          delay=to.delay_s)]
 
 
 @dataclass(frozen=True)
@@ -268,14 +93,12 @@ class AppliedEvent:
     t_planned: float
     t_applied: float
     link: str
-    changes: dict[str, Any]
+    changes: dict[str, int | float | bool]
     error: str | None
 
     def to_json(self) -> str:
         return json.dumps({"t_planned": self.t_planned, "t_applied": self.t_applied,
                            "link": self.link, "changes": self.changes, "error": self.error})
-
-
 
 
 class SchedulePlayer:
@@ -290,7 +113,7 @@ class SchedulePlayer:
     def __init__(self, apply: Applier, events: Iterable[ScheduleEvent], t0: float,
                  log: Path | None = None, clock: Callable[[], float] = time.time):
         self._apply = apply
-        self.events = sorted(events, key=lambda e: e.at_s)
+        self.events = sorted(events, key=lambda e: e.at)
         self.t0 = t0
         self.log = log
         self.applied: list[AppliedEvent] = []
@@ -330,7 +153,7 @@ class SchedulePlayer:
     def _run(self) -> None:
         realtime_priority(0)  # this thread
         for ev in self.events:
-            planned = self.t0 + ev.at_s
+            planned = self.t0 + ev.at
             if not self._wait_until(planned):
                 return
             error = None
@@ -338,7 +161,7 @@ class SchedulePlayer:
                 self._apply(ev)
             except Exception as exc:  # recorded; the schedule goes on
                 error = str(exc) or type(exc).__name__
-            rec = AppliedEvent(planned, self._clock(), ev.link, ev.change.as_record(), error)
+            rec = AppliedEvent(planned, self._clock(), ev.link, ev.as_record(), error)
             self.applied.append(rec)
             if self.log is not None:
                 self.log.parent.mkdir(parents=True, exist_ok=True)

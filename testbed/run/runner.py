@@ -44,7 +44,7 @@ from testbed.spec.model import (
     FlowsWorkload,
     MultipathTopology,
     PingWorkload,
-    format_duration_exact,
+    ScheduleEvent,
 )
 from testbed.spec.sweep import workload_seed
 
@@ -64,21 +64,13 @@ def build_topology(exp: Experiment) -> Any:
     """
     topo = exp.topology
     if isinstance(topo, MultipathTopology):
-        from testbed.net.shaping import LinkShape
         from topologies.multipath import MultiHomedTopo
-        from topologies.multipath import PathSpec as TopoPath
 
-        paths = [TopoPath(p.name, LinkShape(
-            bw_bps=p.bw, delay_s=p.delay, jitter_s=p.jitter, loss_pct=p.loss,
-            **({"queue_pkts": p.queue} if p.queue is not None else {}))) for p in topo.paths]
-        return MultiHomedTopo(paths=paths, server_multihomed=topo.server_multihomed)
+        return MultiHomedTopo(paths=topo.paths, server_multihomed=topo.server_multihomed)
     if isinstance(topo, FatTreeTopology):
         from topologies.fattree import FatTreeTopo
 
-        return FatTreeTopo(
-            k=topo.k, bw=None if topo.bw is None else topo.bw / 1e6,
-            delay=format_duration_exact(topo.delay) if topo.delay else None,
-            loss=topo.loss or None, max_queue_size=topo.queue)
+        return FatTreeTopo(k=topo.k, shape=topo.shape)
     klass = custom_topology_class(topo.kind)
     try:
         return klass(**topo.params)
@@ -137,16 +129,9 @@ def check_against_topology(exp: Experiment, topo: Any) -> None:
                             f"are {known}{' ...' if len(links) > 8 else ''}")
 
 
-def schedule_events(exp: Experiment) -> list[Any]:
-    """The spec's ``[[schedule]]`` as `testbed.net.schedule.ScheduleEvent` s."""
-    from testbed.net.schedule import LinkChange, ScheduleEvent
-
-    out = []
-    for ev in exp.schedule:
-        out.append(ScheduleEvent(ev.at, ev.link, LinkChange(
-            bw_bps=ev.bw, delay_s=ev.delay, jitter_s=ev.jitter, loss_pct=ev.loss,
-            up=None if ev.down is None else not ev.down)))
-    return sorted(out, key=lambda e: e.at_s)
+def schedule_events(exp: Experiment) -> list[ScheduleEvent]:
+    """The spec's ``[[schedule]]`` in time order (stable), as the network plays them."""
+    return sorted(exp.schedule, key=lambda e: e.at)
 
 
 def uses_mptcp(exp: Experiment) -> bool:
@@ -572,7 +557,7 @@ def _problems(exp: Experiment, bundle: Bundle, meta: dict[str, Any]) -> list[str
     log = bundle.samples_dir / "events.jsonl"
     applied = [json.loads(line) for line in log.read_text().splitlines() if line.strip()] \
         if log.is_file() else []
-    return run_problems(meta, [ev.at_s for ev in schedule_events(exp)], applied)
+    return run_problems(meta, [ev.at for ev in schedule_events(exp)], applied)
 
 
 def check_kernel_support(plans: list[Any], runner: CommandRunner | None = None) -> None:
@@ -886,7 +871,7 @@ def _dry_run_schedule(runner: CommandRunner, exp: Experiment, topo: Any,
     up = dict.fromkeys(links, True)
     for ev in schedule_events(exp):
         link = links[ev.link]
-        new = ev.change.apply_to(shapes[ev.link])
+        new = ev.apply_to(shapes[ev.link])
         jobs: list[tuple[str, str, list[list[str]]]] = []  # (tool, node, commands)
         if new != shapes[ev.link]:
             per_node: dict[str, list[list[str]]] = {}
@@ -895,16 +880,16 @@ def _dry_run_schedule(runner: CommandRunner, exp: Experiment, topo: Any,
                     sh.change_commands(eg.intf, shapes[ev.link], new))
             jobs += [("tc", node, cmds) for node, cmds in per_node.items()]
             shapes[ev.link] = new
-        if ev.change.up is not None and ev.change.up != up[ev.link]:
+        if ev.up is not None and ev.up != up[ev.link]:
             per_node = {}
             for eg in link.updown:
                 per_node.setdefault(eg.node if eg.in_namespace else "", []).append(
-                    sh.link_state_command(eg.intf, ev.change.up))
+                    sh.link_state_command(eg.intf, ev.up))
             jobs += [("ip", node, cmds) for node, cmds in per_node.items()]
-            up[ev.link] = ev.change.up
+            up[ev.link] = ev.up
         for tool, node, cmds in jobs:
             runner.run([tool, "-force", "-batch", "-"], input=batch_text(cmds),
-                       host=fake[node] if node else None, at=ev.at_s)
+                       host=fake[node] if node else None, at=ev.at)
 
 
 def _dry_run_controller(runner: CommandRunner, exp: Experiment, topo: Any,

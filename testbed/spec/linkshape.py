@@ -1,8 +1,11 @@
 """A link shape: what one direction of a link does to packets, as a frozen value.
 
-`LinkShape` is built from spec-style values with units (`LinkShape.from_mapping`) or
-from Mininet TCLink options; topologies and the spec use it, and `testbed.net.shaping`
-turns it into tc commands.  Semantics: docs/shaping.md.
+`LinkShape` holds numbers in base units (bit/s, seconds, percent, packets, bytes): the
+spec builds it from its validated paths (`testbed.spec.model.PathSpec.shape`), a
+schedule event changes it (`ScheduleEvent.apply_to`), and `testbed.net.shaping` turns
+it into tc commands.  `shape_from_mininet_params` reads the TCLink-style options of a
+Mininet topology (a custom one written for Mininet), and `mininet_params` writes them,
+so that ``mn --link tc`` shapes our topologies alike.  Semantics: docs/shaping.md.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from testbed.core.errors import InputError
-from testbed.core.units import parse_duration, parse_percent, parse_rate
+from testbed.core.units import parse_duration
 
 MTU_BYTES = 1514  # Ethernet frame as the qdisc sees it (1500 + 14)
 UNLIMITED_BPS = 10_000_000_000
@@ -99,54 +102,6 @@ class LinkShape:
             raise ShapeError(f"burst={self.burst_bytes!r} bytes is below one MTU "
                              f"({MTU_BYTES} bytes)")
 
-    @classmethod
-    def from_mapping(cls, data: Mapping[str, Any], where: str = "link") -> LinkShape:
-        """Build a shape from spec-style values with units.
-
-        data: keys bw ("10Mbit"), delay ("10ms"), jitter, loss ("1%"), queue (packets),
-        reorder (bool), distribution, ge ({p, r, bad_loss, good_loss} percentages),
-        burst (bytes); where: names the place in the spec for error messages.
-        """
-        known = {"bw", "delay", "jitter", "loss", "queue", "reorder", "distribution", "ge",
-                 "burst"}
-        extra = sorted(set(data) - known)
-        if extra:
-            raise ShapeError(f"{where}: unknown key(s) {', '.join(extra)}; "
-                             f"expected {', '.join(sorted(known))}")
-        kw: dict[str, Any] = {}
-        parsers = (("bw", "bw_bps", parse_rate), ("delay", "delay_s", parse_duration),
-                   ("jitter", "jitter_s", parse_duration), ("loss", "loss_pct", parse_percent))
-        for key, attr, parse in parsers:
-            if data.get(key) is not None:
-                try:
-                    kw[attr] = parse(data[key])
-                except InputError as exc:
-                    raise ShapeError(f"{where}.{key}: {exc}") from None
-        if "ge" in data:
-            ge = data["ge"]
-            try:
-                kw["loss_model"] = GilbertElliott(
-                    parse_percent(ge["p"]), parse_percent(ge["r"]),
-                    parse_percent(ge.get("bad_loss", "100%")),
-                    parse_percent(ge.get("good_loss", "0%")))
-            except InputError as exc:
-                raise ShapeError(f"{where}.ge: {exc}") from None
-            except (KeyError, TypeError, AttributeError):
-                raise ShapeError(f"{where}.ge: expected a table with p and r, e.g. "
-                                 "{p = \"1%\", r = \"30%\"}") from None
-        if "queue" in data:
-            kw["queue_pkts"] = data["queue"]
-        if "reorder" in data:
-            kw["jitter_reorder"] = bool(data["reorder"])
-        if "distribution" in data:
-            kw["jitter_distribution"] = data["distribution"]
-        if "burst" in data:
-            kw["burst_bytes"] = data["burst"]
-        try:
-            return cls(**kw)
-        except ShapeError as exc:
-            raise ShapeError(f"{where}: {exc}") from None
-
     def changed(self, **changes: Any) -> LinkShape:
         """A copy with some fields replaced (validated again)."""
         return replace(self, **changes)
@@ -185,7 +140,6 @@ def netem_limit(shape: LinkShape) -> int:
 def tc_time(seconds: float) -> str:
     """A duration for tc, in whole microseconds (``"10000us"``)."""
     return f"{round(seconds * 1e6)}us"
-
 
 
 def shape_from_mininet_params(opts: Mapping[str, Any]) -> LinkShape | None:

@@ -27,16 +27,16 @@ import sys, time
 from pathlib import Path
 from testbed.core.commands import CommandRunner, which
 from testbed.net.network import Network
-from testbed.net.schedule import LinkChange, ScheduleEvent
 from testbed.net.shaping import LinkShape
-from topologies.multipath import MultiHomedTopo, PathSpec
+from testbed.spec.model import PathSpec, ScheduleEvent
+from topologies.multipath import MultiHomedTopo
 from topologies.pair import PairTopo
 
 mode, workdir = sys.argv[1], Path(sys.argv[2])
 runner = CommandRunner()
 if mode == "sigint":  # the full case: OVS bridges, a router, nftables, a schedule
-    topo = MultiHomedTopo(paths=[PathSpec("a", LinkShape(bw_bps=5_000_000, delay_s=0.01)),
-                                 PathSpec("b", LinkShape(bw_bps=2_000_000, delay_s=0.03))])
+    topo = MultiHomedTopo(paths=[PathSpec(name="a", bw=5_000_000, delay=0.01),
+                                 PathSpec(name="b", bw=2_000_000, delay=0.03)])
     server, dst, link = "server", topo.server_addr(), "a"
 else:  # lighter (a loaded VM is slow to start OVS networks)
     topo = PairTopo(shape=LinkShape(bw_bps=5_000_000, delay_s=0.01))
@@ -47,7 +47,7 @@ with Network(topo, runner=runner, workdir=workdir) as net:
     time.sleep(0.5)
     runner.spawn(["iperf3", "-c", dst, "-t", "600"], host=net.host(client))
     net.host(client).popen(["sleep", "600"])  # not through the runner: found by netns
-    net.play([ScheduleEvent(300.0, link, LinkChange(bw_bps=1_000_000))])
+    net.play([ScheduleEvent(at=300.0, link=link, bw=1_000_000)])
     if mode == "sigint" and which("nft"):
         net.add_nft_table("netdev", "tb_cleanup_test",
                           'chain c { type filter hook ingress device "s1-eth1" priority 0; }')

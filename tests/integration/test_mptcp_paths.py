@@ -31,13 +31,13 @@ from testbed.host.traffic import patterns
 from testbed.host.traffic.flows import FlowRun, resolve_flows
 from testbed.host.traffic.iperf import IperfRun
 from testbed.net.network import Network
-from testbed.net.shaping import LinkShape
-from topologies.multipath import MultiHomedTopo, PathSpec
+from testbed.spec.model import PathSpec
+from topologies.multipath import MultiHomedTopo
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_kernel("netem", "ovs", "mptcp")]
 
-PATHS = [PathSpec("fast", LinkShape(bw_bps=10_000_000, delay_s=0.010, queue_pkts=100)),
-         PathSpec("slow", LinkShape(bw_bps=10_000_000, delay_s=0.040, queue_pkts=100))]
+PATHS = [PathSpec(name="fast", bw=10_000_000, delay=0.010, queue=100),
+         PathSpec(name="slow", bw=10_000_000, delay=0.040, queue=100)]
 SECONDS = 8.0
 
 

@@ -11,13 +11,13 @@ import pytest
 
 from testbed.core.commands import CommandRunner
 from testbed.net.network import Network
-from testbed.net.shaping import LinkShape
-from topologies.multipath import MultiHomedTopo, PathSpec
+from testbed.spec.model import PathSpec
+from topologies.multipath import MultiHomedTopo
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_kernel("netem", "ovs")]
 
-PATHS = [PathSpec("wifi", LinkShape(bw_bps=10_000_000, delay_s=0.010, queue_pkts=100)),
-         PathSpec("cell", LinkShape(bw_bps=5_000_000, delay_s=0.040, queue_pkts=100))]
+PATHS = [PathSpec(name="wifi", bw=10_000_000, delay=0.010, queue=100),
+         PathSpec(name="cell", bw=5_000_000, delay=0.040, queue=100)]
 
 
 @pytest.fixture(scope="module")

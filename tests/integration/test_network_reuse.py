@@ -165,17 +165,18 @@ def test_a_sweep_builds_one_network_for_all_its_runs(tmp_path):
 
 
 def test_end_run_puts_back_what_an_mptcp_run_configured(make_network, runner):
-    from testbed.host.mptcp import configure_host, host_interfaces
+    from testbed.host.mptcp import TransportSettings, configure_host, host_interfaces
     from testbed.net.hoststate import differences, read_state
-    from testbed.spec.model import Transport
-    from topologies.multipath import MultiHomedTopo, PathSpec
+    from testbed.spec.model import PathSpec, Transport
+    from topologies.multipath import MultiHomedTopo
 
-    shape = LinkShape(bw_bps=10_000_000, delay_s=0.005)
-    topo = MultiHomedTopo(paths=[PathSpec("wifi", shape), PathSpec("cell", shape)])
+    topo = MultiHomedTopo(paths=[PathSpec(name="wifi", bw=10_000_000, delay=0.005),
+                                 PathSpec(name="cell", bw=10_000_000, delay=0.005)])
     net = make_network(topo, baseline_hosts=True)
     client = net.host("client")
     base = net.host_baseline["client"]
-    configure_host(runner, client, Transport(protocol="mptcp", cc="reno", rmem="64KiB"),
+    transport = Transport(protocol="mptcp", cc="reno", rmem="64KiB")
+    configure_host(runner, client, TransportSettings.from_spec(transport),
                    host_interfaces(client), role="client")
     keys = net._baseline_keys
     changed = differences(base, read_state(runner, client, keys))

@@ -14,19 +14,18 @@ import pytest
 
 from testbed.core.commands import CommandRunner
 from testbed.net.network import Network
-from testbed.net.schedule import LinkChange, ScheduleEvent
-from testbed.net.shaping import LinkShape
-from topologies.multipath import MultiHomedTopo, PathSpec
+from testbed.spec.model import PathSpec, ScheduleEvent
+from topologies.multipath import MultiHomedTopo
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_kernel("netem", "ovs")]
 
-SHAPE = LinkShape(bw_bps=10_000_000, delay_s=0.010, queue_pkts=100)
+WIFI = PathSpec(name="wifi", bw=10_000_000, delay=0.010, queue=100)
 
 
 @pytest.fixture(scope="module")
 def net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Network]:
     runner = CommandRunner()
-    topo = MultiHomedTopo(paths=[PathSpec("wifi", SHAPE)], server_multihomed=True)
+    topo = MultiHomedTopo(paths=[WIFI], server_multihomed=True)
     with Network(topo, runner=runner, workdir=tmp_path_factory.mktemp("sched")) as n:
         yield n
     runner.stop_all()
@@ -93,10 +92,10 @@ def _events(net: Network) -> list[dict]:
 
 
 def test_rate_change_mid_transfer(net: Network, measure) -> None:
-    net.set_shape("wifi", SHAPE)
+    net.set_shape("wifi", WIFI.shape)
     srv = _start_server(net)
     server = net.host("server")
-    events = [ScheduleEvent(3.0, "wifi", LinkChange(bw_bps=2_000_000))]
+    events = [ScheduleEvent(at=3.0, link="wifi", bw=2_000_000)]
     net.prepare_schedule(events)  # before the time origin, as the runner does
     with RxSampler(server.pid, "server-eth0", measure.netdev_bytes) as rx:
         t0 = time.time()
@@ -116,11 +115,11 @@ def test_rate_change_mid_transfer(net: Network, measure) -> None:
 
 
 def test_outage_delivers_nothing(net: Network, measure) -> None:
-    net.set_shape("wifi", SHAPE)
+    net.set_shape("wifi", WIFI.shape)
     srv = _start_server(net)
     server = net.host("server")
-    events = [ScheduleEvent(2.0, "wifi", LinkChange(up=False)),
-              ScheduleEvent(3.0, "wifi", LinkChange(up=True))]
+    events = [ScheduleEvent(at=2.0, link="wifi", down=True),
+              ScheduleEvent(at=3.0, link="wifi", down=False)]
     net.prepare_schedule(events)  # before the time origin, as the runner does
     with RxSampler(server.pid, "server-eth0", measure.netdev_bytes) as rx:
         t0 = time.time()

@@ -21,7 +21,8 @@ from testbed.host.traffic import patterns
 from testbed.host.traffic.flows import FlowRun, resolve_flows
 from testbed.host.traffic.ping import PingRun, format_table, summarize
 from testbed.net.shaping import LinkShape, mininet_params
-from topologies.multipath import MultiHomedTopo, PathSpec
+from testbed.spec.model import PathSpec
+from topologies.multipath import MultiHomedTopo
 from topologies.pair import PairTopo
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_kernel("netem")]
@@ -69,7 +70,8 @@ def test_flowtool_fct_matches_pcap(make_network, tmp_path: Path) -> None:
     # few ms as a rule, but 25 ms once in a CI run under software emulation (6.4 % of a
     # 0.39 s flow at 5 Mbit/s; at 10 Mbit/s one flow in four read 5.1 %).  The limit
     # stays 5 %; the longer flow keeps such a pause at ~3 % of it.
-    topo = MultiHomedTopo(paths=[PathSpec("p0", replace(SHAPE, bw_bps=2_000_000))])
+    topo = MultiHomedTopo(paths=[PathSpec(name="p0", bw=2_000_000, delay=SHAPE.delay_s,
+                                          queue=SHAPE.queue_pkts)])
     net = make_network(topo)
     runner, client, server = net.runner, net.host("client"), net.host("server")
     samples, logs, pcap = dirs(tmp_path)

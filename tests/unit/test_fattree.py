@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from testbed.core.errors import InputError
+from testbed.spec.linkshape import LinkShape
 from topologies.fattree import (
     AGGREGATION,
     CORE,
@@ -136,6 +137,16 @@ def test_link_options_per_layer() -> None:
         FatTreeTopo(4, layers={"spine": {"bw": 1}})
     with pytest.raises(TopologyError, match="option"):
         FatTreeTopo(4, layers={"agg_core": {"speed": 1}})
+
+
+def test_one_shape_for_every_link() -> None:
+    shape = LinkShape(bw_bps=10_000_000, delay_s=25e-6, queue_pkts=100)
+    topo = FatTreeTopo(4, shape=shape)
+    assert {topo.linkInfo(a, b)["shape"] for a, b in (("S0", "E0"), ("E0", "A0"),
+                                                     ("A0", "C0"))} == {shape}
+    assert topo.linkInfo("S0", "E0")["bw"] == 10  # and TCLink-style keys for `mn`
+    with pytest.raises(TopologyError, match="not both"):
+        FatTreeTopo(4, shape=shape, bw=10)
 
 
 def test_layout_round_trips_through_dict() -> None:

@@ -20,6 +20,8 @@ from testbed.host.mptcp import (
     plan_mptcp,
     scheduler_steps,
 )
+from testbed.spec.model import Transport
+from testbed.spec.quantities import USER_TEXT
 
 CLIENT = [HostInterface("client-eth0", "10.0.1.1"), HostInterface("client-eth1", "10.0.2.1")]
 SERVER_MH = [HostInterface("server-eth0", "10.0.1.2"), HostInterface("server-eth1", "10.0.2.2")]
@@ -131,13 +133,15 @@ def test_parsers_on_ip_output() -> None:
     assert ("10.0.1.1", "101") in rules
 
 
-def test_from_spec_accepts_mappings_and_strings() -> None:
-    ts = TransportSettings.from_spec({"protocol": "mptcp", "cc": "reno", "rmem": "64KiB",
-                                      "subflows_per_path": 2})
+def test_from_spec_takes_the_validated_transport() -> None:
+    spec = Transport.model_validate({"protocol": "mptcp", "cc": "reno", "rmem": "64KiB",
+                                     "subflows_per_path": 2}, context=USER_TEXT)
+    ts = TransportSettings.from_spec(spec)
     assert (ts.protocol, ts.cc, ts.rmem, ts.subflows_per_path) == ("mptcp", "reno", 65536, 2)
-    assert TransportSettings.from_spec(None) == TransportSettings()
+    assert TransportSettings.from_spec(Transport()) == TransportSettings()
+    assert TransportSettings.from_spec(spec, protocol="tcp").protocol == "tcp"
     with pytest.raises(InputError, match=r"transport\.protocol"):
-        TransportSettings.from_spec({"protocol": "sctp"})
+        TransportSettings(protocol="sctp").check()
 
 
 @dataclass
@@ -211,7 +215,7 @@ class FakeShell:
 
 def test_configure_host_skips_existing_rules_and_reports() -> None:
     ip = FakeIp()
-    applied = configure_host(ip, Host(), {"protocol": "mptcp", "cc": "cubic"}, CLIENT)
+    applied = configure_host(ip, Host(), TransportSettings(protocol="mptcp", cc="cubic"), CLIENT)
     assert ["ip", "rule", "add", "from", "10.0.2.1", "table", "102", "priority", "102"] \
         not in ip.calls
     assert ["ip", "mptcp", "endpoint", "add", "10.0.2.1", "dev", "client-eth1", "subflow"] \
@@ -239,7 +243,7 @@ def test_configure_host_refuses_scheduler_before_touching_endpoints() -> None:
 
 def test_configure_host_batches_ip_commands_and_sysctls() -> None:
     ip = FakeIp()
-    applied = configure_host(ip, Host(), {"protocol": "mptcp", "cc": "cubic"}, CLIENT)
+    applied = configure_host(ip, Host(), TransportSettings(protocol="mptcp", cc="cubic"), CLIENT)
     ip_cmds = [a for a in applied["commands"] if a[0] == "ip"]
     assert ip.batched == ip_cmds and ip.stopped >= 1   # all through the batch shell
     singles = [a for a in ip.calls if a[0] == "ip" and a not in ip.batched]
@@ -250,7 +254,7 @@ def test_configure_host_batches_ip_commands_and_sysctls() -> None:
 def test_configure_host_refused_endpoint_is_unsupported() -> None:
     ip = FakeIp(refuse="ip mptcp endpoint add")
     with pytest.raises(UnsupportedError, match="path manager refused `ip mptcp endpoint add"):
-        configure_host(ip, Host(), {"protocol": "mptcp"}, CLIENT)
+        configure_host(ip, Host(), TransportSettings(protocol="mptcp"), CLIENT)
     assert ip.stopped == ip.started >= 1  # the batch shells are stopped on failure too
 
 

@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from testbed.core.errors import InputError
-from testbed.net.shaping import LinkShape
+from testbed.spec.model import PathSpec
 from topologies.multipath import (
     MultiHomedTopo,
-    PathSpec,
     address_plan,
     default_paths,
     topos,
 )
 
-WIFI = PathSpec("wifi", LinkShape(bw_bps=10_000_000, delay_s=0.01, queue_pkts=100))
-G3 = PathSpec("g3", LinkShape(bw_bps=5_000_000, delay_s=0.04, jitter_s=0.005))
+WIFI = PathSpec(name="wifi", bw=10_000_000, delay=0.01, queue=100)
+G3 = PathSpec(name="g3", bw=5_000_000, delay=0.04, jitter=0.005)
 
 
 def _links(topo: MultiHomedTopo) -> list[tuple[str, str, dict]]:
@@ -76,13 +76,17 @@ def test_address_plan_is_disjoint_subnets() -> None:
 
 @pytest.mark.parametrize("paths, words", [
     ([], "at least one"),
-    ([PathSpec("Wi Fi", WIFI.shape)], "lower-case"),
     ([WIFI, WIFI], "used twice"),
     (default_paths(100), "at most 99"),
 ])
 def test_bad_paths_are_refused(paths: list[PathSpec], words: str) -> None:
     with pytest.raises(InputError, match=words):
         MultiHomedTopo(paths=paths)
+
+
+def test_path_names_are_checked_by_the_spec_type() -> None:
+    with pytest.raises(ValidationError, match="should match pattern"):
+        PathSpec(name="Wi Fi", bw=10_000_000)
 
 
 def test_unknown_path_names_the_known_ones() -> None:

@@ -10,11 +10,13 @@ from mininet.topo import Topo
 from testbed.core.errors import InputError
 from testbed.net import network as nw
 from testbed.net.shaping import LinkShape
-from topologies.multipath import MultiHomedTopo, PathSpec
+from testbed.spec.model import PathSpec
+from topologies.multipath import MultiHomedTopo
 from topologies.pair import PairTopo
 
 DATA = Path(__file__).parents[1] / "data" / "network"
 SHAPE = LinkShape(bw_bps=10_000_000, delay_s=0.01)
+PATHS = [PathSpec(name=n, bw=10_000_000, delay=0.01) for n in ("wifi", "cell")]  # as SHAPE
 
 
 def test_parse_link_names_on_captured_output() -> None:
@@ -23,14 +25,14 @@ def test_parse_link_names_on_captured_output() -> None:
 
 
 def test_planned_links_follow_mininet_naming() -> None:
-    topo = MultiHomedTopo(paths=[PathSpec("wifi", SHAPE), PathSpec("cell", SHAPE)])
+    topo = MultiHomedTopo(paths=PATHS)
     ends = {(i1, i2) for _n1, _n2, i1, i2, _ in nw.planned_links(topo)}
     assert ("client-eth1", "s2-eth1") in ends
     assert ("router-eth2", "server-eth0") in ends
 
 
 def test_multipath_groups_shape_switch_ports_only() -> None:
-    topo = MultiHomedTopo(paths=[PathSpec("wifi", SHAPE), PathSpec("cell", SHAPE)])
+    topo = MultiHomedTopo(paths=PATHS)
     groups = nw.link_groups(topo)
     assert sorted(groups) == ["cell", "wifi"]
     wifi = groups["wifi"]
@@ -97,15 +99,15 @@ def test_controller_target_is_what_ovs_switch_reads() -> None:
 def _dry_net(tmp_path: Path) -> nw.Network:
     from testbed.core.commands import CommandRunner
 
-    topo = MultiHomedTopo(paths=[PathSpec("wifi", SHAPE), PathSpec("cell", SHAPE)])
+    topo = MultiHomedTopo(paths=PATHS)
     return nw.Network(topo, runner=CommandRunner(dry_run=True), workdir=tmp_path)
 
 
 def test_apply_changes_only_with_qdisc_change(tmp_path: Path) -> None:
-    from testbed.net.schedule import LinkChange, ScheduleEvent
+    from testbed.spec.model import ScheduleEvent
 
     net = _dry_net(tmp_path)
-    net.apply(ScheduleEvent(1.0, "wifi", LinkChange(bw_bps=2_000_000, loss_pct=1.0)))
+    net.apply(ScheduleEvent(at=1.0, link="wifi", bw=2_000_000, loss=1.0))
     argv = [e.argv for e in net.runner.transcript.entries]
     assert len(argv) == 4  # netem + tbf on each of s1-eth1, s1-eth2
     assert all(a[:4] == ["tc", "qdisc", "change", "dev"] and a[4].startswith("s1-eth")
@@ -115,12 +117,12 @@ def test_apply_changes_only_with_qdisc_change(tmp_path: Path) -> None:
 
 
 def test_down_then_up_uses_ip_link_on_switch_ports(tmp_path: Path) -> None:
-    from testbed.net.schedule import LinkChange, ScheduleEvent
+    from testbed.spec.model import ScheduleEvent
 
     net = _dry_net(tmp_path)
-    net.apply(ScheduleEvent(1.0, "cell", LinkChange(up=False)))
+    net.apply(ScheduleEvent(at=1.0, link="cell", down=True))
     assert net.link("cell").up is False
-    net.apply(ScheduleEvent(2.0, "cell", LinkChange(up=True, delay_s=0.07)))
+    net.apply(ScheduleEvent(at=2.0, link="cell", down=False, delay=0.07))
     argv = [e.argv for e in net.runner.transcript.entries]
     # a delay change touches only the netem qdisc of each of the two ports
     assert [a[:2] for a in argv] == [["ip", "link"]] * 2 + [["tc", "qdisc"]] * 2 + [
@@ -132,10 +134,10 @@ def test_down_then_up_uses_ip_link_on_switch_ports(tmp_path: Path) -> None:
 
 
 def test_unchanged_event_runs_nothing(tmp_path: Path) -> None:
-    from testbed.net.schedule import LinkChange, ScheduleEvent
+    from testbed.spec.model import ScheduleEvent
 
     net = _dry_net(tmp_path)
-    net.apply(ScheduleEvent(1.0, "wifi", LinkChange(bw_bps=SHAPE.bw_bps, up=True)))
+    net.apply(ScheduleEvent(at=1.0, link="wifi", bw=SHAPE.bw_bps, down=False))
     assert net.runner.transcript.entries == []
 
 

@@ -13,7 +13,7 @@ from testbed.core.errors import RunError
 from testbed.net import cleanup as cleanup_mod
 from testbed.net import network as network_mod
 from testbed.run.reuse import KEPT, TEARDOWN, NetworkKeeper, reuse_key, topology_key
-from testbed.spec.model import validate_spec
+from testbed.spec.load import validate_spec
 
 FATTREE = {
     "name": "ft", "duration": "5s",

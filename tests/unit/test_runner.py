@@ -7,6 +7,7 @@ import copy
 import pytest
 
 from testbed.core.errors import SpecError
+from testbed.core.units import parse_duration
 from testbed.run.runner import (
     build_topology,
     capture_targets,
@@ -26,6 +27,7 @@ from testbed.run.runner import (
     topo_hosts,
     transport_settings,
 )
+from testbed.spec.linkshape import LinkShape
 from testbed.spec.sweep import expand
 
 MULTI = {
@@ -83,6 +85,11 @@ def test_fattree_topology_and_link_check():
     topo = build_topology(p.spec)
     assert len(topo.hosts()) == 16 and len(topo.switches()) == 20
     check_against_topology(p.spec, topo)
+    assert topo.linkInfo("E0", "A0")["shape"] == LinkShape(
+        bw_bps=10_000_000, delay_s=parse_duration("25us"), queue_pkts=100)
+    plain = copy.deepcopy(FAT)
+    plain["topology"] = {"kind": "fattree", "k": 4}
+    assert "shape" not in build_topology(plan(plain).spec).linkInfo("E0", "A0")
     bad = copy.deepcopy(FAT)
     bad["schedule"][0]["link"] = "A0-E0"   # upper node first: not a link name
     with pytest.raises(SpecError, match=r"schedule\[0\].link"):
@@ -157,9 +164,9 @@ def test_transport_is_mptcp_when_a_workload_needs_it():
 
 def test_schedule_events_sorted_with_base_units():
     evs = schedule_events(plan(MULTI).spec)
-    assert [(e.at_s, e.link) for e in evs] == [(3.0, "cell"), (5.0, "wifi")]
-    assert evs[0].change.bw_bps == 1_000_000 and evs[0].change.up is None
-    assert evs[1].change.up is False
+    assert [(e.at, e.link) for e in evs] == [(3.0, "cell"), (5.0, "wifi")]
+    assert evs[0].bw == 1_000_000 and evs[0].up is None
+    assert evs[1].up is False
 
 
 def test_capture_targets():

@@ -13,9 +13,15 @@ from testbed.net import shaping as sh
 GOLDEN = json.loads((Path(__file__).parents[1] / "data" / "shaping" / "golden.json").read_text())
 
 
+def _shape(fields: dict) -> sh.LinkShape:
+    """A `LinkShape` from the golden file's fields (base units)."""
+    model = fields.get("loss_model")
+    return sh.LinkShape(**{**fields, "loss_model": sh.GilbertElliott(**model) if model else None})
+
+
 @pytest.mark.parametrize("case", sorted(GOLDEN))
 def test_setup_commands_golden(case: str) -> None:
-    shape = sh.LinkShape.from_mapping(GOLDEN[case]["shape"])
+    shape = _shape(GOLDEN[case]["shape"])
     assert sh.setup_commands("s1-eth1", shape) == GOLDEN[case]["setup"]
 
 
@@ -81,21 +87,23 @@ def test_gilbert_elliott_mean_loss() -> None:
 
 
 @pytest.mark.parametrize("data, words", [
-    ({"bw": "10Mbps"}, "Mbit"),
-    ({"delay": "-1ms"}, "delay"),
-    ({"loss": "120%"}, "100%"),
-    ({"queue": 0}, "queue"),
-    ({"colour": "red"}, "unknown key"),
-    ({"jitter": "1ms", "distribution": "gauss"}, "distribution"),
-    ({"loss": "1%", "ge": {"p": "1%", "r": "10%"}}, "not both"),
-    ({"ge": {"p": "1%"}}, "p and r"),
-    ({"burst": 100}, "MTU"),
+    ({"bw_bps": 500}, "bw=500 bit/s is out of range; use 1kbit .. 10Gbit"),
+    ({"delay_s": -0.001}, "delay=-0.001s is out of range"),
+    ({"loss_pct": 120}, "use 0% .. 100%"),
+    ({"queue_pkts": 0}, "queue"),
+    ({"jitter_s": 0.001, "jitter_distribution": "gauss"}, "distribution"),
+    ({"loss_pct": 1, "loss_model": sh.GilbertElliott(1, 10)}, "not both"),
+    ({"burst_bytes": 100}, "MTU"),
 ])
 def test_bad_shapes_name_the_problem(data: dict, words: str) -> None:
     with pytest.raises(InputError) as err:
-        sh.LinkShape.from_mapping(data, where="topology.paths[0]")
+        sh.LinkShape(**data)
     assert words in str(err.value)
-    assert "topology.paths[0]" in str(err.value)
+
+
+def test_bad_gilbert_elliott_names_the_parameter() -> None:
+    with pytest.raises(InputError, match="r_pct=101 must be between 0 and 100"):
+        sh.GilbertElliott(1, 101)
 
 
 def test_batch_text_and_guards() -> None:

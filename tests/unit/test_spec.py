@@ -9,19 +9,16 @@ import pytest
 from testbed.core.compat import tomllib
 from testbed.core.errors import SpecError
 from testbed.core.units import parse_duration
+from testbed.spec.load import spec_to_toml, validate_spec
 from testbed.spec.model import (
     BulkWorkload,
+    Experiment,
     FatTreeTopology,
     FlowsWorkload,
     MultipathTopology,
-    describe_validation_error,
-    dotted,
-    format_duration_exact,
-    format_rate_exact,
-    format_size_exact,
-    spec_to_toml,
-    validate_spec,
 )
+from testbed.spec.problems import describe_validation_error, dotted
+from testbed.spec.quantities import format_duration_exact, format_rate_exact, format_size_exact
 
 SPEC = {
     "name": "wifi-3g",
@@ -138,8 +135,6 @@ def test_dotted_drops_union_tags():
 def test_describe_reports_every_problem():
     from pydantic import ValidationError
 
-    from testbed.spec.model import Experiment
-
     data = {"name": "x", "duration": "1s", "topology": {"kind": "multipath", "paths": [
         {"name": "a", "bw": "1Mbps"}, {"name": "b", "bw": "2Mbps"}]},
         "workload": [{"kind": "ping", "src": "client", "dst": "server"}]}
@@ -207,3 +202,54 @@ def test_bounds_and_sysctl_problems_are_listed_with_the_others():
     assert "out of range; use 1kbit .. 10Gbit" in lines[0]
     assert 'did you mean "10Mbit"?' in lines[1]
     assert "not a per-namespace network sysctl" in lines[3]
+
+
+@pytest.mark.parametrize(("entry", "words"), [
+    ({"link": "wifi", "bw": "1Mbit"}, "schedule[0].at: missing"),
+    ({"at": "1s", "link": "wifi"}, "schedule[0]: changes nothing"),
+    ({"at": "1s", "link": "wifi", "bw": "1Mbps"}, 'schedule[0].bw: "1Mbps" is not a rate; '
+                                                  'did you mean "1Mbit"?'),
+    ({"at": "x", "link": "wifi", "bw": "1Mbit"}, "schedule[0].at:"),
+    ({"at": "1s", "link": "wifi", "colour": 1}, "schedule[0].colour: unknown key"),
+    ({"at": "1s", "link": "wifi", "down": "maybe"}, "schedule[0].down: \"maybe\" is not true "
+                                                    "or false"),
+    ({"at": "1s", "link": "wifi", "down": True, "bw": "1Mbit"}, "use a second event"),
+])
+def test_bad_schedule_entries_name_key_and_remedy(entry, words):
+    data = copy.deepcopy(SPEC)
+    data["schedule"] = [entry]
+    with pytest.raises(SpecError) as err:
+        validate_spec(data, "s.toml")
+    assert words in str(err.value)
+
+
+def test_schedule_events_are_what_the_network_plays():
+    exp = validate_spec(copy.deepcopy(SPEC))
+    down, change = exp.schedule
+    assert (down.at, down.up, down.as_record()) == (12.0, False, {"up": False})
+    assert change.as_record() == {"bw_bps": 2_000_000, "delay_s": pytest.approx(25e-6)}
+    shape = change.apply_to(exp.topology.paths[1].shape)
+    assert (shape.bw_bps, shape.jitter_s) == (2_000_000, 0.005)
+    assert shape.delay_s == pytest.approx(25e-6)
+
+
+def test_bare_numbers_only_in_code():
+    data = copy.deepcopy(SPEC)
+    data["schedule"] = [{"at": 12, "link": "wifi", "down": True}]
+    with pytest.raises(SpecError) as err:
+        validate_spec(data, "s.toml")
+    assert 'schedule[0].at: 12 is not a duration; did you mean "12s"?' in str(err.value)
+    assert Experiment.model_validate(data).schedule[0].at == 12.0
+
+
+@pytest.mark.parametrize(("value", "words"), [
+    (-5, "-5 is not a rate; use a string with a unit, e.g. '4Mbit'"),
+    (4000000, 'topology.paths[0].bw: 4000000 is not a rate; did you mean "4Mbit"?'),
+    (True, "True is not a rate; use a string with a unit"),
+])
+def test_bare_numbers_in_a_spec_keep_their_messages(value, words):
+    data = copy.deepcopy(SPEC)
+    data["topology"]["paths"][0]["bw"] = value
+    with pytest.raises(SpecError) as err:
+        validate_spec(data, "s.toml")
+    assert words in str(err.value)

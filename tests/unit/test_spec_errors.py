@@ -143,7 +143,7 @@ def _check_one_line(spec: Path, result, key: str) -> None:
 
 
 def test_base_specs_are_valid():
-    from testbed.spec.model import validate_spec
+    from testbed.spec.load import validate_spec
 
     validate_spec(copy.deepcopy(BASE))
     validate_spec(copy.deepcopy(FATTREE))
@@ -253,7 +253,7 @@ def test_every_cross_key_problem_at_once(tmp_path):
     ("0.5", "percentage", "0.5%"), ("fast", "rate", None), (True, "rate", None),
 ])
 def test_suggest_quantity(value, what, guess):
-    from testbed.spec.model import suggest_quantity
+    from testbed.spec.quantities import suggest_quantity
 
     assert suggest_quantity(value, what) == guess
 

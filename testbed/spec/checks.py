@@ -1,0 +1,198 @@
+"""Checks of a spec that involve several keys: hosts, links, paths, times, patterns.
+
+`check_experiment` runs when an `Experiment` validates, after each field validated on
+its own; it raises one `SpecError` with a ``key path: what is wrong; hint`` line per
+problem, so that every problem of a spec is reported at once::
+
+    workload[0].dst: no host named 'sever'; did you mean 'server'?
+    schedule[0].at: 30s is not before the end of the run (duration = 10s)
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from typing import Any
+
+from testbed.core.errors import SpecError
+from testbed.spec.model import (
+    BulkWorkload,
+    Experiment,
+    FatTreeTopology,
+    FlowsWorkload,
+    MultipathTopology,
+    ScheduleEvent,
+)
+from testbed.spec.quantities import format_duration_exact
+
+
+def check_experiment(exp: Experiment) -> None:
+    """Checks that involve several keys; raise one `SpecError` with a line per problem.
+
+    exp: a spec whose fields each validated on their own. Each independent part (the
+    controller, each workload, each schedule event, each host list entry) is checked on
+    its own, so that every problem is reported at once.
+    """
+    problems: list[str] = []
+
+    def attempt(check: Callable[..., None], *args: Any) -> None:
+        try:
+            check(*args)
+        except SpecError as exc:
+            problems.extend(str(exc).splitlines())
+
+    topo = exp.topology
+    hosts = topo.host_names()
+    links = topo.link_names()
+    if isinstance(topo, MultipathTopology):
+        attempt(_no_duplicates, [p.name for p in topo.paths], "topology.paths", "name")
+    attempt(_check_repetition, exp)
+    attempt(_check_controller, exp)
+    names = [exp.workload_name(i) for i in range(len(exp.workload))]
+    attempt(_no_duplicates, names, "workload", "name")
+    for i, wl in enumerate(exp.workload):
+        attempt(_check_workload, exp, i, wl, hosts)
+    for i, ev in enumerate(exp.schedule):
+        attempt(_check_event, exp, i, ev, links)
+    if hosts is not None:
+        for key, listed in (("capture.hosts", exp.capture.hosts),
+                            ("sampler.hosts", exp.sampler.hosts)):
+            for j, h in enumerate(listed or []):
+                attempt(_check_host, h, hosts, f"{key}[{j}]")
+    if problems:
+        raise SpecError("\n".join(problems))
+
+
+def _check_repetition(exp: Experiment) -> None:
+    if exp.repetition is not None and exp.repetitions != 1:
+        raise SpecError("repetition: set either repetitions (how many) or repetition "
+                        "(just this one), not both")
+
+
+def _check_controller(exp: Experiment) -> None:
+    topo = exp.topology
+    kind = exp.controller.kind
+    if kind not in (None, "none") and not isinstance(topo, FatTreeTopology):
+        raise SpecError(f"controller.kind: '{kind}' needs topology.kind = 'fattree'; "
+                        f"use 'none' (or leave [controller] out) for {topo.kind!r}")
+    if kind == "none" and isinstance(topo, FatTreeTopology):
+        raise SpecError("controller.kind: a fat-tree needs a controller; use "
+                        "'single-path', 'ecmp' or 'spray'")
+
+
+def _check_event(exp: Experiment, i: int, ev: ScheduleEvent, links: list[str] | None) -> None:
+    topo = exp.topology
+    where = f"schedule[{i}]"
+    if not ev.changes():
+        raise SpecError(f"{where}: changes nothing; give down = true/false or one of "
+                        "bw, delay, jitter, loss")
+    if ev.down is True and len(ev.changes()) > 1:
+        raise SpecError(f"{where}.down: a link taken down cannot change bw/delay/jitter/"
+                        "loss in the same event; use a second event")
+    if ev.at >= exp.duration:
+        raise SpecError(f"{where}.at: {_fmt_d(ev.at)} is not before the end of the run "
+                        f"(duration = {_fmt_d(exp.duration)})")
+    if links is not None and ev.link not in links:
+        close = difflib.get_close_matches(ev.link, links, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else \
+            "the paths are " + ", ".join(repr(x) for x in links)
+        raise SpecError(f"{where}.link: no link named {ev.link!r}; {hint}")
+    if isinstance(topo, FatTreeTopology):
+        _check_fattree_link(topo, ev.link, f"{where}.link")
+
+
+def _check_workload(exp: Experiment, i: int, wl: Any, hosts: list[str] | None) -> None:
+    where = f"workload[{i}]"
+    if wl.start >= exp.duration:
+        raise SpecError(f"{where}.start: {_fmt_d(wl.start)} is not before the end of the run "
+                        f"(duration = {_fmt_d(exp.duration)})")
+    via = getattr(wl, "via", None)
+    if via is not None:
+        if not isinstance(exp.topology, MultipathTopology):
+            raise SpecError(f"{where}.via: pinning to a path needs topology.kind = "
+                            "'multipath'")
+        if via not in exp.topology.link_names():
+            names = exp.topology.link_names()
+            close = difflib.get_close_matches(via, names, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else \
+                "the paths are " + ", ".join(repr(x) for x in names)
+            raise SpecError(f"{where}.via: no path named {via!r}; {hint}")
+        if getattr(wl, "protocol", None) == "mptcp" or (
+                isinstance(wl, BulkWorkload) and wl.protocol is None
+                and exp.transport.protocol == "mptcp"):
+            raise SpecError(f"{where}.via: an MPTCP connection uses every path; pin only "
+                            "TCP flows (set protocol = 'tcp' on this workload)")
+    if isinstance(wl, BulkWorkload) and wl.size is not None and wl.duration is not None:
+        raise SpecError(f"{where}.duration: give size or duration, not both")
+    if isinstance(wl, FlowsWorkload):
+        _check_flows(wl, where, hosts)
+        return
+    for key in ("src", "dst"):
+        if hosts is not None:
+            _check_host(getattr(wl, key), hosts, f"{where}.{key}")
+    if wl.src == wl.dst:
+        raise SpecError(f"{where}.dst: same host as src ({wl.src!r})")
+
+
+def _check_flows(wl: FlowsWorkload, where: str, hosts: list[str] | None) -> None:
+    needs = {"incast": ("src", "dst"), "random": (), "permutation": ()}[wl.pattern]
+    allowed = {"incast": {"src", "dst", "count"}, "random": {"hosts", "count"},
+               "permutation": {"hosts"}}[wl.pattern]
+    for key in needs:
+        if getattr(wl, key) is None:
+            raise SpecError(f"{where}.{key}: pattern '{wl.pattern}' needs {key}")
+    for key in ("src", "dst", "hosts", "count"):
+        if getattr(wl, key) is not None and key not in allowed:
+            raise SpecError(f"{where}.{key}: not used by pattern '{wl.pattern}' (it uses "
+                            + ", ".join(sorted(allowed)) + ")")
+    if wl.pattern == "random" and wl.count is None:
+        raise SpecError(f"{where}.count: pattern 'random' needs count")
+    for key in ("src", "hosts"):
+        listed = getattr(wl, key) or []
+        _no_duplicates(listed, f"{where}.{key}", None)
+        if hosts is not None:
+            for j, h in enumerate(listed):
+                _check_host(h, hosts, f"{where}.{key}[{j}]")
+    if wl.dst is not None and hosts is not None:
+        _check_host(wl.dst, hosts, f"{where}.dst")
+    if wl.pattern == "incast":
+        assert wl.src is not None
+        if wl.dst in wl.src:
+            raise SpecError(f"{where}.src: lists the destination {wl.dst!r} as a sender")
+        if wl.count is not None and wl.count > len(wl.src):
+            raise SpecError(f"{where}.count: {wl.count} flows but only {len(wl.src)} "
+                            "senders in src (one flow per sender)")
+    pool = wl.hosts if wl.hosts is not None else hosts
+    if wl.pattern in ("random", "permutation") and pool is not None and len(pool) < 2:
+        raise SpecError(f"{where}.hosts: pattern '{wl.pattern}' needs at least 2 hosts")
+
+
+def _check_fattree_link(topo: FatTreeTopology, link: str, where: str) -> None:
+    nodes = link.split("-")
+    known = set(topo.host_names()) | set(topo.switch_names())
+    if len(nodes) != 2 or not all(n in known for n in nodes):
+        raise SpecError(f"{where}: {link!r} is not a fat-tree link; name it after its two "
+                        f"nodes, e.g. 'E0-A0' or 'S0-E0' (k={topo.k})")
+
+
+def _check_host(name: str, hosts: list[str], where: str) -> None:
+    if name not in hosts:
+        close = difflib.get_close_matches(name, hosts, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else (
+            "hosts are " + (", ".join(hosts) if len(hosts) <= 6
+                            else f"{hosts[0]} .. {hosts[-1]}"))
+        raise SpecError(f"{where}: no host named {name!r}; {hint}")
+
+
+def _no_duplicates(items: list[str], where: str, key: str | None) -> None:
+    seen: set[str] = set()
+    for j, item in enumerate(items):
+        if item in seen:
+            at = f"{where}[{j}].{key}" if key else f"{where}[{j}]"
+            raise SpecError(f"{at}: duplicate {item!r}")
+        seen.add(item)
+
+
+def _fmt_d(seconds: float) -> str:
+    return format_duration_exact(seconds)
+

@@ -1,0 +1,147 @@
+"""Loading a spec: TOML text -> validated `Experiment` -> TOML text again.
+
+`read_toml` reads a file into a dict; `validate_spec` turns a dict into a frozen
+`Experiment` or raises `SpecError` with one line per problem, all at once, each naming
+the file (or ``--set KEY``), the key path and a hint::
+
+    spec.toml: topology.paths[0].bw: "10 mbps" is not a rate; did you mean "10Mbit"?
+    spec.toml: workload[0].dst: no host named 'sever'; did you mean 'server'?
+
+`spec_to_data` / `spec_to_toml` write a spec back with its unit strings, exactly.
+Sweeps, overrides, seeds and run ids live in `testbed.spec.sweep`.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from testbed.core.compat import tomllib
+from testbed.core.errors import SpecError
+from testbed.spec.model import Experiment
+from testbed.spec.problems import data_path, show_parts, validation_problems
+from testbed.spec.quantities import USER_TEXT
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """Read a TOML file into a dict; a missing file or bad syntax raises `SpecError`.
+
+    path: the spec file.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(f"{path}: no such spec file") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{path}: cannot read the spec ({exc.__class__.__name__})") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{path}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise SpecError(f"{path}: not valid TOML: nested too deeply") from None
+
+
+def validate_spec(data: dict[str, Any], source: str = "spec",
+                  labels: dict[str, str] | None = None) -> Experiment:
+    """Validate a spec dict into an `Experiment`; raise a `SpecError` naming every problem.
+
+    data: the parsed TOML; source: the file name that prefixes each problem's line;
+    labels: key path as shown (``topology.paths[0].bw``) -> what to name instead of the
+    file for problems at or under that key (``--set topology.paths.0.bw``).
+    The error's message has one line per problem: ``<source>: <key path>: <what, hint>``.
+    """
+    try:
+        return Experiment.model_validate(data, context=USER_TEXT)
+    except ValidationError as exc:
+        problems = validation_problems(exc, data)
+        problems += [p for p in _cross_problems(exc, data) if p not in problems]
+    except SpecError as exc:
+        problems = str(exc).splitlines()
+    raise SpecError("\n".join(_labelled(p, source, labels or {}) for p in problems)) \
+        from None
+
+
+def _labelled(problem: str, source: str, labels: dict[str, str]) -> str:
+    """Prefix a ``key: text`` problem with the file, or with ``--set KEY`` when it set that key."""
+    key, _, text = problem.partition(": ")
+    for shown, label in labels.items():
+        if key == shown:
+            return f"{label}: {text}"
+        if key.startswith((shown + ".", shown + "[")):
+            return f"{label}: {problem}"
+    return f"{source}: {problem}"
+
+
+def _cross_problems(exc: ValidationError, data: dict[str, Any]) -> list[str]:
+    """The cross-key problems of the spec once the keys with field errors are left out.
+
+    Keys with errors are removed (unknown keys too) and the rest validated again, so that
+    a wrong host name is reported along with a wrong unit. Nothing is added when a removed
+    key was required, and problems under a table that lost a key are dropped (they could
+    come from the removal itself).
+    """
+    pruned = copy.deepcopy(data)
+    shadowed: set[str] = set()
+    for err in exc.errors(include_url=False):
+        parts = data_path(err["loc"], data)
+        if err["type"] == "missing" or not parts or isinstance(parts[-1], int):
+            return []
+        node: Any = pruned
+        for part in parts[:-1]:
+            try:
+                node = node[part]
+            except (KeyError, IndexError, TypeError):
+                return []
+        if not isinstance(node, dict) or parts[-1] not in node:
+            return []
+        del node[parts[-1]]
+        if err["type"] != "extra_forbidden":
+            shadowed.add(show_parts(parts[:-1]))
+    try:
+        Experiment.model_validate(pruned, context=USER_TEXT)
+    except SpecError as cross:
+        return [p for p in str(cross).splitlines()
+                if not any(s and (p.startswith((s + ".", s + "[", s + ":"))) for s in shadowed)]
+    except ValidationError:
+        return []
+    return []
+
+
+def load_spec(path: Path) -> Experiment:
+    """Read and validate a spec file without sweeping (the sweep table is kept as data)."""
+    return validate_spec(read_toml(path), str(path))
+
+
+
+def spec_to_data(exp: Experiment) -> dict[str, Any]:
+    """The spec as plain TOML-ready data with unit strings; None values and defaults kept."""
+    return _drop_none(exp.model_dump(mode="json"))
+
+
+def _drop_none(value: Any) -> Any:
+    """Drop None values and empty tables/lists; put ``kind`` first in every table."""
+    if isinstance(value, dict):
+        out = {k: v for k, v in ((k, _drop_none(v)) for k, v in value.items())
+               if v is not None and v != {} and v != []}
+        if "kind" in out:
+            out = {"kind": out.pop("kind"), **out}
+        return out
+    if isinstance(value, list):
+        return [_drop_none(v) for v in value]
+    return value
+
+
+def spec_to_toml(exp: Experiment, header: str = "") -> str:
+    """The spec as TOML text (loads back into an equal `Experiment`).
+
+    header: comment lines to put first (without the leading '#').
+    """
+    import tomli_w
+
+    data = spec_to_data(exp)
+    lines = "".join(f"# {line}\n" for line in header.splitlines()) if header else ""
+    return lines + tomli_w.dumps(data)
