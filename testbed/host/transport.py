@@ -39,12 +39,12 @@ from typing import Any
 from testbed.core.commands import CommandRunner
 from testbed.core.errors import CommandError, InputError, UnsupportedError
 from testbed.core.transcript import Namespaced
+from testbed.spec.sysctl import check_sysctls
 
 AVAILABLE_CC = "net.ipv4.tcp_available_congestion_control"
 ALLOWED_CC = "net.ipv4.tcp_allowed_congestion_control"
 DEFAULT_CC = "net.ipv4.tcp_congestion_control"
 _CC_RE = re.compile(r"^[a-z][a-z0-9_]{0,15}$")
-_SYSCTL_KEY = re.compile(r"^net\.[A-Za-z0-9_.\-/]+$")
 
 # Linux defaults (6.1): tcp_rmem "4096 131072 6291456", tcp_wmem "4096 16384 4194304".
 RMEM_DEFAULT = 131072
@@ -134,24 +134,6 @@ def buffer_sysctls(rmem: int | None, wmem: int | None) -> dict[str, str]:
             name = key.rsplit("_", 1)[-1]
             raise InputError(f"transport.{name}: {cap} bytes is too small; use at least 1KiB")
         out[key] = f"{min(BUF_MIN, cap)} {min(default, cap)} {cap}"
-    return out
-
-
-def check_sysctls(extra: Mapping[str, Any]) -> dict[str, str]:
-    """Validate user sysctls (``transport.sysctl``): only ``net.*`` keys, scalar values.
-
-    extra: key -> value.  Returns key -> value as strings.
-    """
-    out = {}
-    for key, value in extra.items():
-        parts = re.split(r"[./]", key)
-        if not _SYSCTL_KEY.match(key) or any(p in ("", ".", "..") for p in parts):
-            raise InputError(f"transport.sysctl: {key!r} is not a per-namespace network "
-                             "sysctl; only net.* keys can be set per host (no empty, "
-                             "'.' or '..' parts)")
-        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-            raise InputError(f"transport.sysctl.{key}: {value!r} must be a string or number")
-        out[key] = str(value)
     return out
 
 

@@ -35,6 +35,7 @@ from testbed.spec.quantities import (
     Rate,
     Size,
 )
+from testbed.spec.sysctl import check_sysctls
 
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$"
 HOST_RE = r"^[A-Za-z][A-Za-z0-9_-]{0,9}$"
@@ -251,7 +252,6 @@ class Transport(SpecModel):
     @field_validator("sysctl")
     @classmethod
     def _sysctl_keys(cls, sysctl: dict[str, str | int]) -> dict[str, str | int]:
-        from testbed.host.transport import check_sysctls  # the one definition of what is allowed
 
         try:
             check_sysctls(sysctl)

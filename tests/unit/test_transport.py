@@ -12,12 +12,12 @@ from testbed.host.transport import (
     apply_tcp,
     buffer_sysctls,
     check_cc_name,
-    check_sysctls,
     ensure_cc,
     modprobe_cc_argv,
     parse_cc_list,
     sysctl_write_argv,
 )
+from testbed.spec.sysctl import check_sysctls
 
 
 @dataclass
