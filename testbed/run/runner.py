@@ -377,7 +377,7 @@ def host_facts() -> dict[str, Any]:
 
     from testbed import __version__
 
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     dirty = None
     if os.environ.get("TESTBED_IN_VM") != "1":  # git re-reads every file over the VM's 9p
         try:
