@@ -47,8 +47,8 @@ from testbed.host.traffic.iperf import (
 )
 from testbed.host.traffic.ping import parse_ping, ping_argv
 from testbed.net.network import Network
-from testbed.net.schedule import LinkChange, ScheduleEvent
 from testbed.net.shaping import LinkShape
+from testbed.plan.schedule import LinkChange, ScheduleEvent
 from topologies.multipath import MultiHomedTopo, PathSpec
 from topologies.pair import PairTopo
 

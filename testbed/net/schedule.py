@@ -1,9 +1,10 @@
 """Time-varying links: events ``(at, link, changes)``, CSV trace replay, P3 presets,
 and a player that applies them on time.
 
-* An event changes any of bw / delay / loss / jitter of a named link, or takes it down
-  / up.  `testbed.net.network.Network.apply` turns it into ``tc qdisc change`` and
-  ``ip link set`` commands (never re-creating a qdisc).
+* An event (`testbed.plan.schedule.ScheduleEvent`) changes any of bw / delay / loss /
+  jitter of a named link, or takes it down / up.  `testbed.net.network.Network.apply`
+  turns it into ``tc qdisc change`` and ``ip link set`` commands (never re-creating a
+  qdisc).
 * `SchedulePlayer` runs in a thread, sleeps on the ``time.time()`` clock (the clock
   tcpdump stamps packets with) until ``t0 + at``, applies the event and appends one
   JSON line to ``samples/events.jsonl``::
@@ -28,54 +29,17 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 from testbed.core.commands import realtime_priority
 from testbed.core.errors import InputError, SpecError
 from testbed.core.units import parse_duration, parse_percent, parse_rate
+from testbed.plan.schedule import LinkChange, ScheduleEvent
 from testbed.spec.linkshape import LinkShape
 
 CHANGE_KEYS = ("bw", "delay", "jitter", "loss", "down", "up")
-
-
-@dataclass(frozen=True)
-class LinkChange:
-    """What an event changes; None means "leave as it is".
-
-    bw_bps / delay_s / jitter_s / loss_pct: new values; up: False takes the link down,
-    True brings it back (after the other changes are applied).
-    """
-
-    bw_bps: int | None = None
-    delay_s: float | None = None
-    jitter_s: float | None = None
-    loss_pct: float | None = None
-    up: bool | None = None
-
-    def shape_changes(self) -> dict[str, Any]:
-        """The `LinkShape` fields this change sets."""
-        return {f.name: getattr(self, f.name) for f in fields(self)
-                if f.name != "up" and getattr(self, f.name) is not None}
-
-    def as_record(self) -> dict[str, Any]:
-        """The change in base units, for ``events.jsonl``."""
-        return {f.name: getattr(self, f.name) for f in fields(self)
-                if getattr(self, f.name) is not None}
-
-    def apply_to(self, shape: LinkShape) -> LinkShape:
-        """shape with this change's values."""
-        return shape.changed(**self.shape_changes()) if self.shape_changes() else shape
-
-
-@dataclass(frozen=True)
-class ScheduleEvent:
-    """At ``at_s`` seconds after the run's origin, change ``link`` by ``change``."""
-
-    at_s: float
-    link: str
-    change: LinkChange
 
 
 def change_from_mapping(data: Mapping[str, Any], where: str = "schedule") -> LinkChange:

@@ -138,8 +138,8 @@ def check_against_topology(exp: Experiment, topo: Any) -> None:
 
 
 def schedule_events(exp: Experiment) -> list[Any]:
-    """The spec's ``[[schedule]]`` as `testbed.net.schedule.ScheduleEvent` s."""
-    from testbed.net.schedule import LinkChange, ScheduleEvent
+    """The spec's ``[[schedule]]`` as `testbed.plan.schedule.ScheduleEvent` s."""
+    from testbed.plan.schedule import LinkChange, ScheduleEvent
 
     out = []
     for ev in exp.schedule:
@@ -160,8 +160,8 @@ def uses_mptcp(exp: Experiment) -> bool:
 
 
 def transport_settings(exp: Experiment) -> Any:
-    """`testbed.host.mptcp.TransportSettings` for the hosts: MPTCP if any workload needs it."""
-    from testbed.host.mptcp import TransportSettings
+    """`testbed.plan.transport.TransportSettings` for the hosts: MPTCP if any workload needs it."""
+    from testbed.plan.transport import TransportSettings
 
     t = exp.transport
     return TransportSettings(protocol="mptcp" if uses_mptcp(exp) else "tcp", cc=t.cc,
@@ -176,7 +176,7 @@ def plan_flows(exp: Experiment, run_seed: int, hosts: list[str]) -> list[Any]:
     exp: the spec; run_seed: the repetition's seed (random patterns derive theirs from
     it); hosts: the host pool for patterns without an explicit one.
     """
-    from testbed.host.traffic import patterns as pt
+    from testbed.plan import patterns as pt
 
     flows: list[Any] = []
     for i, wl in enumerate(exp.workload):
@@ -237,7 +237,7 @@ def resolve_addresses(flows: list[Any], addr_of: dict[str, str],
     destination), the primary address otherwise."""
     import dataclasses
 
-    from testbed.host.traffic.flows import resolve_flows
+    from testbed.plan.flows import resolve_flows
 
     pinned = []
     for f in flows:

@@ -27,7 +27,7 @@ import sys, time
 from pathlib import Path
 from testbed.core.commands import CommandRunner, which
 from testbed.net.network import Network
-from testbed.net.schedule import LinkChange, ScheduleEvent
+from testbed.plan.schedule import LinkChange, ScheduleEvent
 from testbed.net.shaping import LinkShape
 from topologies.multipath import MultiHomedTopo, PathSpec
 from topologies.pair import PairTopo

@@ -14,8 +14,8 @@ import pytest
 
 from testbed.core.commands import CommandRunner
 from testbed.net.network import Network
-from testbed.net.schedule import LinkChange, ScheduleEvent
 from testbed.net.shaping import LinkShape
+from testbed.plan.schedule import LinkChange, ScheduleEvent
 from topologies.multipath import MultiHomedTopo, PathSpec
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_kernel("netem", "ovs")]

@@ -10,7 +10,6 @@ from testbed.core.commands import Result
 from testbed.core.errors import CommandError, InputError, UnsupportedError
 from testbed.host.mptcp import (
     HostInterface,
-    TransportSettings,
     alias_address,
     configure_host,
     endpoint_argv,
@@ -20,6 +19,7 @@ from testbed.host.mptcp import (
     plan_mptcp,
     scheduler_steps,
 )
+from testbed.plan.transport import TransportSettings
 
 CLIENT = [HostInterface("client-eth0", "10.0.1.1"), HostInterface("client-eth1", "10.0.2.1")]
 SERVER_MH = [HostInterface("server-eth0", "10.0.1.2"), HostInterface("server-eth1", "10.0.2.2")]

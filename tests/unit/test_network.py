@@ -102,7 +102,7 @@ def _dry_net(tmp_path: Path) -> nw.Network:
 
 
 def test_apply_changes_only_with_qdisc_change(tmp_path: Path) -> None:
-    from testbed.net.schedule import LinkChange, ScheduleEvent
+    from testbed.plan.schedule import LinkChange, ScheduleEvent
 
     net = _dry_net(tmp_path)
     net.apply(ScheduleEvent(1.0, "wifi", LinkChange(bw_bps=2_000_000, loss_pct=1.0)))
@@ -115,7 +115,7 @@ def test_apply_changes_only_with_qdisc_change(tmp_path: Path) -> None:
 
 
 def test_down_then_up_uses_ip_link_on_switch_ports(tmp_path: Path) -> None:
-    from testbed.net.schedule import LinkChange, ScheduleEvent
+    from testbed.plan.schedule import LinkChange, ScheduleEvent
 
     net = _dry_net(tmp_path)
     net.apply(ScheduleEvent(1.0, "cell", LinkChange(up=False)))
@@ -132,7 +132,7 @@ def test_down_then_up_uses_ip_link_on_switch_ports(tmp_path: Path) -> None:
 
 
 def test_unchanged_event_runs_nothing(tmp_path: Path) -> None:
-    from testbed.net.schedule import LinkChange, ScheduleEvent
+    from testbed.plan.schedule import LinkChange, ScheduleEvent
 
     net = _dry_net(tmp_path)
     net.apply(ScheduleEvent(1.0, "wifi", LinkChange(bw_bps=SHAPE.bw_bps, up=True)))

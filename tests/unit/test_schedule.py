@@ -13,11 +13,12 @@ import pytest
 from testbed.core.errors import InputError
 from testbed.net import schedule as sc
 from testbed.net.shaping import LinkShape
+from testbed.plan.schedule import LinkChange, ScheduleEvent
 
 
 def test_event_from_spec_mapping() -> None:
     ev = sc.event_from_mapping({"at": "3s", "link": "wifi", "bw": "2Mbit", "loss": "0%"})
-    assert ev == sc.ScheduleEvent(3.0, "wifi", sc.LinkChange(bw_bps=2_000_000, loss_pct=0.0))
+    assert ev == ScheduleEvent(3.0, "wifi", LinkChange(bw_bps=2_000_000, loss_pct=0.0))
     down = sc.event_from_mapping({"at": "12s", "link": "wifi", "down": True})
     assert down.change.up is False
     assert down.change.as_record() == {"up": False}
@@ -46,24 +47,24 @@ def test_parse_schedule_sorts_by_time() -> None:
 
 def test_change_applies_to_shape() -> None:
     shape = LinkShape(bw_bps=10_000_000, delay_s=0.01, loss_pct=5)
-    new = sc.LinkChange(bw_bps=2_000_000, loss_pct=0.0).apply_to(shape)
+    new = LinkChange(bw_bps=2_000_000, loss_pct=0.0).apply_to(shape)
     assert (new.bw_bps, new.delay_s, new.loss_pct) == (2_000_000, 0.01, 0.0)
-    assert sc.LinkChange(up=False).apply_to(shape) is shape
+    assert LinkChange(up=False).apply_to(shape) is shape
 
 
 def test_trace_with_units_and_empty_cells() -> None:
     text = "time,bw,delay,loss\n0s,10Mbit,10ms,0%\n1.5s,2Mbit,,\n3s,,70ms,1%\n"
     evs = sc.parse_trace(io.StringIO(text), "wifi")
     assert [e.at_s for e in evs] == [0.0, 1.5, 3.0]
-    assert evs[1].change == sc.LinkChange(bw_bps=2_000_000)
-    assert evs[2].change == sc.LinkChange(delay_s=0.07, loss_pct=1.0)
+    assert evs[1].change == LinkChange(bw_bps=2_000_000)
+    assert evs[2].change == LinkChange(delay_s=0.07, loss_pct=1.0)
 
 
 def test_trace_with_bare_numbers(tmp_path: Path) -> None:
     p = tmp_path / "t.csv"
     p.write_text("time_s,bw_kbit,delay_ms,loss_pct\n0,384,70,0.5\n2.5,20000,1,0\n")
     evs = sc.load_trace(p, "cell")
-    assert evs[0].change == sc.LinkChange(bw_bps=384_000, delay_s=0.07, loss_pct=0.5)
+    assert evs[0].change == LinkChange(bw_bps=384_000, delay_s=0.07, loss_pct=0.5)
     assert evs[1].at_s == 2.5 and evs[1].change.bw_bps == 20_000_000
 
 
@@ -127,15 +128,15 @@ class FakeClock:
 def test_player_applies_in_order_and_logs(tmp_path: Path) -> None:
     seen: list[str] = []
 
-    def apply(ev: sc.ScheduleEvent) -> None:
+    def apply(ev: ScheduleEvent) -> None:
         if ev.link == "bad":
             raise RuntimeError("tc said no")
         seen.append(ev.link)
 
     t0 = time.time()
-    events = [sc.ScheduleEvent(0.02, "b", sc.LinkChange(up=True)),
-              sc.ScheduleEvent(0.01, "a", sc.LinkChange(bw_bps=1000)),
-              sc.ScheduleEvent(0.03, "bad", sc.LinkChange(loss_pct=1.0))]
+    events = [ScheduleEvent(0.02, "b", LinkChange(up=True)),
+              ScheduleEvent(0.01, "a", LinkChange(bw_bps=1000)),
+              ScheduleEvent(0.03, "bad", LinkChange(loss_pct=1.0))]
     log = tmp_path / "samples" / "events.jsonl"
     player = sc.SchedulePlayer(apply, events, t0, log=log).start()
     player.join(5)
@@ -154,7 +155,7 @@ def test_player_applies_in_order_and_logs(tmp_path: Path) -> None:
 def test_player_stop_skips_the_rest() -> None:
     seen: list[float] = []
     player = sc.SchedulePlayer(lambda ev: seen.append(ev.at_s),
-                               [sc.ScheduleEvent(60.0, "x", sc.LinkChange(up=True))],
+                               [ScheduleEvent(60.0, "x", LinkChange(up=True))],
                                time.time())
     player.start()
     player.stop(2)
@@ -164,7 +165,7 @@ def test_player_stop_skips_the_rest() -> None:
 def test_player_uses_the_given_clock() -> None:
     clock = FakeClock(1000.0)
     player = sc.SchedulePlayer(lambda ev: None,
-                               [sc.ScheduleEvent(0.01, "x", sc.LinkChange(up=True))],
+                               [ScheduleEvent(0.01, "x", LinkChange(up=True))],
                                1000.0, clock=clock).start()
     player.join(5)
     assert player.applied[0].t_planned == 1000.01
