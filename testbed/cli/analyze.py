@@ -100,7 +100,7 @@ def register(app: typer.Typer) -> None:
         runs whose analysis was left for later, as `testbed study` does in the VM)."""
         from analysis.report import write_report
         from testbed.results.bundle import finish_deferred, pending_analysis
-        from testbed.run.runner import analyze_run
+        from testbed.run.execute import analyze_run
 
         if out is not None:  # DIR is only read: no deferred analysis written into it
             pending = pending_analysis(directory) if directory.is_dir() else []

@@ -102,8 +102,10 @@ def run_study(study: Path, variant: str = "quick", out: Path | None = None,
 
     from testbed.core.progress import SweepProgress
     from testbed.results.bundle import run_sweep
+    from testbed.run.execute import execute_run
+    from testbed.run.preflight import check_kernel_support
+    from testbed.run.recovery import recover_bundle
     from testbed.run.reuse import NetworkKeeper
-    from testbed.run.runner import check_kernel_support, execute_run, recover_bundle
 
     out = out or default_out(study, variant)
     outcome = StudyOutcome(out=out)
@@ -142,7 +144,7 @@ def finish_analysis(out: Path) -> dict[str, str]:
     """Analyse the runs of a study whose analysis was deferred (done inside the VM);
     return {"<spec>/<run id>": error} for those that failed (now marked failed)."""
     from testbed.results.bundle import finish_deferred
-    from testbed.run.runner import analyze_run
+    from testbed.run.execute import analyze_run
 
     failed: dict[str, str] = {}
     if not out.is_dir():
