@@ -99,7 +99,7 @@ def register(app: typer.Typer) -> None:
         """Write a self-contained report.html for a run or a sweep (analysing first the
         runs whose analysis was left for later, as `testbed study` does in the VM)."""
         from analysis.report import write_report
-        from testbed.run.runner import analyze_run
+        from testbed.run.execute import analyze_run
         from testbed.run.sweep import finish_deferred, pending_analysis
 
         if out is not None:  # DIR is only read: no deferred analysis written into it

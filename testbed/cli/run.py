@@ -141,8 +141,10 @@ def _run_sweep(plans: list[Any], out: Path, fail_fast: bool, spec: Path,
     from functools import partial
 
     from testbed.core.progress import SweepProgress
+    from testbed.run.execute import execute_run
+    from testbed.run.preflight import check_kernel_support
+    from testbed.run.recovery import recover_bundle
     from testbed.run.reuse import NetworkKeeper
-    from testbed.run.runner import check_kernel_support, execute_run, recover_bundle
     from testbed.run.sweep import run_sweep
 
     sets = [arg for o in overrides for arg in ("--set", o)]
@@ -185,7 +187,7 @@ def print_dry_run(plans: list[Any], out: Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from testbed.run.runner import dry_run_commands
+    from testbed.run.dryrun import dry_run_commands
 
     console = Console(highlight=False, soft_wrap=True)
     table = Table(title=f"{len(plans)} run(s) into {out}", title_justify="left")

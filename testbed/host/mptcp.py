@@ -2,7 +2,8 @@
 
 ``configure_host`` is what the runner calls once per host after the network is up::
 
-    from testbed.host.mptcp import TransportSettings, configure_host, host_interfaces
+    from testbed.host.mptcp import configure_host, host_interfaces
+    from testbed.plan.transport import TransportSettings
     ts = TransportSettings.from_spec(spec.transport)        # the validated [transport]
     ensure_cc(runner, ts.cc)                                 # before the network (fail early)
     applied = configure_host(runner, net.host("client"), ts,
@@ -49,17 +50,15 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from testbed.core.commands import CommandRunner
 from testbed.core.errors import CommandError, InputError, UnsupportedError
 from testbed.core.transcript import Namespaced
 from testbed.host.transport import apply_tcp, sysctl_write_argv
-from testbed.spec.model import Transport
+from testbed.plan.transport import MAX_PER_PATH, MAX_SUBFLOWS, TransportSettings
 
-MAX_SUBFLOWS = 8           # MPTCP_PM_ADDR_MAX on 6.1
-MAX_PER_PATH = 4
 TABLE_BASE = 100            # same plan as topologies.multipath: path i -> table 101 + i
 SCHEDULER_SYSCTL = "net.mptcp.scheduler"
 AVAILABLE_SCHEDULERS = "net.mptcp.available_schedulers"
@@ -83,42 +82,6 @@ class HostInterface:
     @property
     def subnet(self) -> str:
         return str(ipaddress.ip_interface(f"{self.addr}/{self.prefixlen}").network)
-
-
-@dataclass(frozen=True)
-class TransportSettings:
-    """The `[transport]` table in base units (see docs/spec.md)."""
-
-    protocol: str = "tcp"
-    cc: str | None = "cubic"
-    rmem: int | None = None
-    wmem: int | None = None
-    subflows: int | None = None
-    subflows_per_path: int = 1
-    scheduler: str | None = None
-    sysctl: Mapping[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_spec(cls, transport: Transport, protocol: str | None = None
-                  ) -> TransportSettings:
-        """From the spec's validated ``[transport]`` (sizes in bytes); protocol: instead of
-        the table's own (the runner uses MPTCP only where a workload needs it)."""
-        ts = cls(protocol=protocol or transport.protocol, cc=transport.cc,
-                 rmem=transport.rmem, wmem=transport.wmem, subflows=transport.subflows,
-                 subflows_per_path=transport.subflows_per_path,
-                 scheduler=transport.scheduler, sysctl=dict(transport.sysctl))
-        ts.check()
-        return ts
-
-    def check(self) -> None:
-        """Raise `InputError` naming the key for out-of-range values."""
-        if self.protocol not in ("tcp", "mptcp"):
-            raise InputError(f"transport.protocol: {self.protocol!r}; use 'tcp' or 'mptcp'")
-        if self.subflows is not None and not 1 <= self.subflows <= MAX_SUBFLOWS:
-            raise InputError(f"transport.subflows: {self.subflows}; use 1..{MAX_SUBFLOWS}")
-        if not 1 <= self.subflows_per_path <= MAX_PER_PATH:
-            raise InputError(f"transport.subflows_per_path: {self.subflows_per_path}; "
-                             f"use 1..{MAX_PER_PATH}")
 
 
 @dataclass(frozen=True)

@@ -154,7 +154,7 @@ def write_summary(out: Path) -> Path:
 
 
 def take_analysis(meta: dict[str, Any], headline: dict[str, Any] | None) -> None:
-    """Store what `testbed.run.runner.analyze_run` returned: the headline metrics, and the
+    """Store what `testbed.run.execute.analyze_run` returned: the headline metrics, and the
     fidelity verdict it carries under ``fidelity`` as its own section."""
     headline = dict(headline or {})
     fid = headline.pop("fidelity", None)

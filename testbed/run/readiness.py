@@ -16,9 +16,15 @@ import ipaddress
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from testbed.net.monitor import parse_proc_stat
+from testbed.plan.flowspec import FlowSpec
+from testbed.plan.pings import PingTarget
+
+if TYPE_CHECKING:
+    from testbed.core.commands import CommandRunner
+    from testbed.net.network import Network
 
 QUIET_BUSY = 0.5        # CPUs busier than this are not quiet
 QUIET_SAMPLE_S = 0.25   # one /proc/stat sample this long
@@ -33,13 +39,13 @@ WARM_SCRIPT = ('while [ $# -gt 1 ]; do b=$1; d=$2; shift 2; if [ "$b" = - ]; the
                '>/dev/null 2>&1 || echo "unreachable $b $d"; done')
 
 
-def warm_targets(flows: Iterable[Any], pings: Iterable[dict[str, Any]],
+def warm_targets(flows: Iterable[FlowSpec], pings: Iterable[PingTarget],
                  path_addrs: dict[tuple[str, str], str], server_addr: str | None
                  ) -> dict[str, list[tuple[str | None, str]]]:
     """Per source host, the (source address or None, destination address) pairs to warm.
 
-    flows: resolved `FlowSpec`s (src, bind_addr, dst_addr); pings: `ping_targets`
-    entries (host, bind, dst_addr); path_addrs: (host, path) -> address on a multipath
+    flows: resolved `FlowSpec`s (src, bind_addr, dst_addr); pings: the run's pings
+    (host, bind, dst_addr); path_addrs: (host, path) -> address on a multipath
     topology: MPTCP subflows run between the client's address on every path and the
     server, in either direction, so each of those pairs is warmed too; server_addr: the
     server's primary address there.
@@ -53,7 +59,7 @@ def warm_targets(flows: Iterable[Any], pings: Iterable[dict[str, Any]],
     for f in flows:
         add(f.src, f.bind_addr, f.dst_addr)
     for p in pings:
-        add(p["host"], p.get("bind"), p["dst_addr"])
+        add(p.host, p.bind, p.dst_addr)
     if server_addr:
         for (h, path), addr in sorted(path_addrs.items()):
             if h == "client":
@@ -107,7 +113,7 @@ def wait_quiet(read: Callable[[], str] | None = None, busy: float = QUIET_BUSY,
                     "busy_last": None if last is None else round(last, 3)}
 
 
-def warm_up(runner: Any, net: Any, targets: dict[str, list[tuple[str | None, str]]]
+def warm_up(runner: CommandRunner, net: Network, targets: dict[str, list[tuple[str | None, str]]]
             ) -> dict[str, Any]:
     """Ping every pair of targets once from its source host (one program start per
     host, hosts in parallel); return what metadata.json keeps under ``readiness``."""

@@ -32,8 +32,8 @@ that fails while its network is up (or whose clean-up between runs fails) gets n
 successor on it: the keeper stops it.  While a network waits between two runs its
 manifest is in ``<state_dir>/_kept-network.json`` (and, trusted, in the testbed's own
 state directory: `testbed.net.cleanup.state_dir`); the next keeper on that folder removes
-what a killed process left there, by the trusted copy.  `close` writes the last stop's report to
-``<state_dir>/_network-teardown.json``.
+what a killed process left there, by the trusted copy (`testbed.run.recovery`).  `close`
+writes the last stop's report to ``<state_dir>/_network-teardown.json``.
 """
 
 from __future__ import annotations
@@ -42,9 +42,19 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
 
 from testbed.core.commands import CommandRunner
+from testbed.plan.transport import uses_mptcp
+from testbed.run.recovery import recover_network
+from testbed.spec.model import Experiment
+
+if TYPE_CHECKING:
+    from mininet.topo import Topo
+
+    from controllers.launcher import ControllerProcess
+    from testbed.net.network import Network
 
 BASELINE_MAX_HOSTS = 4  # a baseline costs two reads per host per run (a few seconds)
 
@@ -56,7 +66,7 @@ def rps_wanted() -> bool:
     return os.environ.get("TESTBED_RPS", "1").strip() != "0"
 
 
-def topology_key(exp: Any) -> str | None:
+def topology_key(exp: Experiment) -> str | None:
     """The text two runs share when a network with a host baseline may serve both (same
     topology, no extra sysctl outside the baseline); else None.  A link schedule is no
     obstacle here: `Network.begin_run` gives every link its configured shape and state
@@ -69,11 +79,9 @@ def topology_key(exp: Any) -> str | None:
     return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
-def reuse_key(exp: Any) -> str | None:
+def reuse_key(exp: Experiment) -> str | None:
     """The text two runs share exactly when one may use the other's network; None when
     the run needs a network of its own (MPTCP, a link schedule)."""
-    from testbed.run.runner import uses_mptcp
-
     if exp.transport.protocol != "tcp" or uses_mptcp(exp) or exp.schedule:
         return None
     data = exp.model_dump(mode="json", include={"topology", "transport"})
@@ -97,7 +105,7 @@ class NetworkKeeper:
     def __init__(self, keep: bool = True, state_dir: Path | None = None):
         self.keep = keep
         self.state_dir = Path(state_dir) if state_dir is not None else None
-        self.net: Any = None
+        self.net: Network | None = None
         self.key: str | None = None       # `reuse_key` of the kept network's last run
         self.topo_key: str | None = None  # `topology_key`, if its hosts have a baseline
         self.built_by: str | None = None
@@ -107,11 +115,13 @@ class NetworkKeeper:
     def __enter__(self) -> NetworkKeeper:
         return self
 
-    def __exit__(self, *_exc: Any) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self.close()
 
-    def acquire(self, exp: Any, topo: Any, run_id: str, runner: CommandRunner,
-                controller: Any, workdir: Path) -> tuple[Any, dict[str, Any]]:
+    def acquire(self, exp: Experiment, topo: Topo, run_id: str, runner: CommandRunner,
+                controller: ControllerProcess | None, workdir: Path
+                ) -> tuple[Network, dict[str, Any]]:
         """A started network for this run, and what ``metadata.json`` says about it.
 
         exp: the run's `Experiment`; topo: its Mininet topology; run_id: the run's id;
@@ -159,7 +169,7 @@ class NetworkKeeper:
         return net, {**info, "reused": False, "built_by": run_id, "runs_before": 0,
                      "rps_mask": net.rps_mask}
 
-    def release(self, net: Any, ok: bool) -> dict[str, Any]:
+    def release(self, net: Network, ok: bool) -> dict[str, Any]:
         """The run is over: keep net for the next run (ok, reusable, `end_run` worked) or
         stop it.  Returns the clean-up report for ``metadata.json``.  Raises `RunError`
         when stopping a network of a run that went well had errors (as `Network` does at
@@ -194,7 +204,7 @@ class NetworkKeeper:
 
     # -- internals -------------------------------------------------------------------
     @staticmethod
-    def _stop(net: Any, raise_errors: bool) -> dict[str, Any]:
+    def _stop(net: Network, raise_errors: bool) -> dict[str, Any]:
         before = list(net.cleanup_errors)
         net.stop()
         report = dict(net.cleanup_report)
@@ -207,7 +217,7 @@ class NetworkKeeper:
             raise RunError("network clean-up had errors: " + "; ".join(new))
         return report
 
-    def _write_kept(self, net: Any) -> None:
+    def _write_kept(self, net: Network) -> None:
         if self.state_dir is not None:
             self.state_dir.mkdir(parents=True, exist_ok=True)
             net.manifest.write(self.state_dir / KEPT)
@@ -220,16 +230,12 @@ class NetworkKeeper:
             discard_manifest(self.state_dir / KEPT)
 
     def _recover(self, runner: CommandRunner) -> dict[str, list[str]]:
-        """Once per keeper: remove a network an earlier process kept and never stopped."""
+        """Once per keeper: remove a network an earlier process kept and never stopped
+        (`testbed.run.recovery`)."""
         if self._recovered or self.state_dir is None:
             return {}
         self._recovered = True
-        from testbed.net.cleanup import cleanup_from_manifest, has_manifest
-
         path = self.state_dir / KEPT
-        if not path.is_file() and not has_manifest(path):
-            return {}
-
-        report = cleanup_from_manifest(path, runner)
+        report = recover_network(path, runner)
         path.unlink(missing_ok=True)
         return report

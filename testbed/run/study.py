@@ -101,8 +101,10 @@ def run_study(study: Path, variant: str = "quick", out: Path | None = None,
     from functools import partial
 
     from testbed.core.progress import SweepProgress
+    from testbed.run.execute import execute_run
+    from testbed.run.preflight import check_kernel_support
+    from testbed.run.recovery import recover_bundle
     from testbed.run.reuse import NetworkKeeper
-    from testbed.run.runner import check_kernel_support, execute_run, recover_bundle
     from testbed.run.sweep import run_sweep
 
     out = out or default_out(study, variant)
@@ -141,7 +143,7 @@ def spec_outputs(out: Path) -> list[Path]:
 def finish_analysis(out: Path) -> dict[str, str]:
     """Analyse the runs of a study whose analysis was deferred (done inside the VM);
     return {"<spec>/<run id>": error} for those that failed (now marked failed)."""
-    from testbed.run.runner import analyze_run
+    from testbed.run.execute import analyze_run
     from testbed.run.sweep import finish_deferred
 
     failed: dict[str, str] = {}

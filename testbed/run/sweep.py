@@ -218,7 +218,7 @@ def finish_deferred(out: Path, analyze: Callable[[Path], dict[str, Any]],
     """Analyse every run of DIR whose analysis was deferred; return [(run id, error)].
 
     analyze: computes a bundle's ``metrics/`` and returns its headline metrics
-    (`testbed.run.runner.analyze_run`); progress: called with a line per run.
+    (`testbed.run.execute.analyze_run`); progress: called with a line per run.
     Each bundle is finished on its own (metrics, then its metadata: headline,
     ``analysis = "host"``, ``timing.analysis``, a new manifest), so an interruption leaves
     the rest pending for the next call.  A run whose capture cannot be analysed becomes

@@ -25,12 +25,14 @@ import pytest
 from testbed.core.commands import CommandRunner
 from testbed.core.errors import UnsupportedError
 from testbed.host.capture import CaptureSet
-from testbed.host.mptcp import TransportSettings, configure_host, host_interfaces
+from testbed.host.mptcp import configure_host, host_interfaces
 from testbed.host.sampler import Sampler, parse_ss
-from testbed.host.traffic import patterns
-from testbed.host.traffic.flows import FlowRun, resolve_flows
+from testbed.host.traffic.flows import FlowRun
 from testbed.host.traffic.iperf import IperfRun
 from testbed.net.network import Network
+from testbed.plan import patterns
+from testbed.plan.flows import resolve_flows
+from testbed.plan.transport import TransportSettings
 from testbed.spec.model import PathSpec
 from topologies.multipath import MultiHomedTopo
 

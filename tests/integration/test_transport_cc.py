@@ -13,14 +13,16 @@ import pytest
 
 from testbed.core.commands import CommandRunner
 from testbed.core.errors import UnsupportedError
-from testbed.host.mptcp import TransportSettings, configure_host, host_interfaces
+from testbed.host.mptcp import configure_host, host_interfaces
 from testbed.host.sampler import Sampler
-from testbed.host.traffic import patterns
-from testbed.host.traffic.flows import FlowRun, resolve_flows
+from testbed.host.traffic.flows import FlowRun
 from testbed.host.transport import apply_tcp, available_ccs
 from testbed.net.cleanup import pids_in_netns
 from testbed.net.network import Network
 from testbed.net.shaping import LinkShape
+from testbed.plan import patterns
+from testbed.plan.flows import resolve_flows
+from testbed.plan.transport import TransportSettings
 from topologies.pair import PairTopo
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_kernel("netem")]

@@ -17,10 +17,11 @@ from mininet.topo import Topo
 
 from testbed.core.commands import CommandRunner
 from testbed.host.capture import CaptureSet
-from testbed.host.traffic import patterns
-from testbed.host.traffic.flows import FlowRun, resolve_flows
+from testbed.host.traffic.flows import FlowRun
 from testbed.host.traffic.ping import PingRun, format_table, summarize
 from testbed.net.shaping import LinkShape, mininet_params
+from testbed.plan import patterns
+from testbed.plan.flows import resolve_flows
 from testbed.spec.model import PathSpec
 from topologies.multipath import MultiHomedTopo
 from topologies.pair import PairTopo

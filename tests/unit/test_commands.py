@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from testbed.core.batch import run_batches
-from testbed.core.commands import CommandRunner, which
+from testbed.core.commands import CommandRunner, in_parallel, which
 from testbed.core.errors import CommandError, CommandTimeout, MissingFeatureError
 from testbed.core.transcript import in_namespace
 
@@ -201,3 +201,16 @@ def test_run_records_its_input(tmp_path) -> None:
     runner.run(["cat"], input="hello\n")
     assert runner.transcript.entries[-1].input == "hello\n"
     assert "cat <<'EOF'\nhello\nEOF" in runner.transcript.as_shell()
+
+
+def test_in_parallel_keeps_the_order_and_raises_the_first_error():
+    assert in_parallel(lambda x: x * 2, list(range(10)), workers=3) == list(range(0, 20, 2))
+    assert in_parallel(str, []) == [] and in_parallel(str, [7]) == ["7"]
+
+    def boom(x: int) -> int:
+        if x == 3:
+            raise ValueError("host 3")
+        return x
+
+    with pytest.raises(ValueError, match="host 3"):
+        in_parallel(boom, list(range(6)))

@@ -23,8 +23,8 @@ if str(REPO) not in sys.path:  # running as a script
     sys.path.insert(0, str(REPO))
 
 from testbed.core.compat import tomllib  # noqa: E402
+from testbed.run.dryrun import dry_run_commands  # noqa: E402
 from testbed.run.reuse import reuse_key, topology_key  # noqa: E402
-from testbed.run.runner import dry_run_commands  # noqa: E402
 from testbed.spec.model import FatTreeTopology, MultipathTopology  # noqa: E402
 from testbed.spec.sweep import RunPlan, plan_runs  # noqa: E402
 

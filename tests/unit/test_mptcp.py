@@ -10,7 +10,6 @@ from testbed.core.commands import Result
 from testbed.core.errors import CommandError, InputError, UnsupportedError
 from testbed.host.mptcp import (
     HostInterface,
-    TransportSettings,
     alias_address,
     configure_host,
     endpoint_argv,
@@ -20,6 +19,7 @@ from testbed.host.mptcp import (
     plan_mptcp,
     scheduler_steps,
 )
+from testbed.plan.transport import TransportSettings
 from testbed.spec.model import Transport
 from testbed.spec.quantities import USER_TEXT
 

@@ -265,7 +265,7 @@ def test_runs_frame_of_an_empty_dir(tmp_path):
 
 
 def fake_analyze(run_dir: Path) -> dict:
-    """What `testbed.run.runner.analyze_run` does: metrics/ written, headline returned."""
+    """What `testbed.run.execute.analyze_run` does: metrics/ written, headline returned."""
     if (run_dir / "pcap" / "corrupt").exists():
         raise RunError("capture is corrupt")
     (run_dir / "metrics").mkdir(exist_ok=True)

@@ -79,7 +79,8 @@ def test_run_study_defers_analysis_and_the_host_finishes_it(tmp_path, monkeypatc
     analyses each spec folder's runs (what the host does after the VM)."""
     from test_results import FakeRunner, fake_analyze
 
-    import testbed.run.runner
+    import testbed.run.execute
+    import testbed.run.preflight
     from testbed.results.bundle import Bundle
     from testbed.run.study import finish_analysis, run_study
 
@@ -90,10 +91,10 @@ def test_run_study_defers_analysis_and_the_host_finishes_it(tmp_path, monkeypatc
         seen.append(analyze)
         return fake(plan, bundle, meta, phase, keeper)
 
-    monkeypatch.setattr(testbed.run.runner, "execute_run", execute)
-    monkeypatch.setattr(testbed.run.runner, "analyze_run", fake_analyze)
+    monkeypatch.setattr(testbed.run.execute, "execute_run", execute)
+    monkeypatch.setattr(testbed.run.execute, "analyze_run", fake_analyze)
     checked: list[int] = []
-    monkeypatch.setattr(testbed.run.runner, "check_kernel_support",
+    monkeypatch.setattr(testbed.run.preflight, "check_kernel_support",
                         lambda plans: checked.append(len(plans)))
     study = ROOT / "experiments" / "p2_three_paths"
     out = tmp_path / "p2"

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from testbed.core.commands import CommandRunner
-from testbed.host.traffic import patterns
-from testbed.host.traffic.flows import FlowRun, resolve_flows
+from testbed.host.traffic.flows import FlowRun
+from testbed.plan import patterns
+from testbed.plan.flows import resolve_flows
 
 
 class LocalRunner(CommandRunner):

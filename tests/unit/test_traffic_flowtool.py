@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from testbed.host.traffic import flowclient, flowserver, flowsockets, flowtool
-from testbed.host.traffic.flowspec import FlowSpec, dump_flows, read_records
+from testbed.plan.flowspec import FlowSpec, dump_flows, read_records
 
 
 def free_port(kind: int = socket.SOCK_STREAM) -> int:

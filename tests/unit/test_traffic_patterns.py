@@ -10,16 +10,16 @@ from pathlib import Path
 import pytest
 
 from testbed.core.errors import InputError
-from testbed.host.traffic import patterns
 from testbed.host.traffic.flows import (
     FLOWTOOL_MAIN,
     assign_ports,
     client_argv,
     merge_records,
-    resolve_flows,
     server_argv,
 )
-from testbed.host.traffic.flowspec import FlowSpec, dump_flows, load_flows, read_records
+from testbed.plan import patterns
+from testbed.plan.flows import resolve_flows
+from testbed.plan.flowspec import FlowSpec, dump_flows, load_flows, read_records
 
 
 def test_one_to_one_parallel_and_via() -> None:

@@ -1,7 +1,7 @@
 """Run flows with the flow tool inside Mininet hosts and collect one record per flow.
 
-The runner gives all the run's `FlowSpec` s (from `testbed.host.traffic.patterns`) to one
-`FlowRun`::
+A run hands all its `FlowSpec` s (from `testbed.plan.patterns`, addresses filled in by
+`testbed.plan.flows.resolve_flows`) to one `FlowRun`::
 
     flows = resolve_flows(flows, addr_of={"server": "10.0.100.1"},
                           via_addr={("client", "wifi"): "10.0.1.1"})
@@ -38,7 +38,7 @@ from testbed.core.errors import CommandTimeout, InputError, RunError
 from testbed.core.process import Process
 from testbed.core.safefiles import atomic_write_text
 from testbed.core.transcript import Namespaced
-from testbed.host.traffic.flowspec import FlowSpec, base_record, dump_flows, read_records
+from testbed.plan.flowspec import FlowSpec, base_record, dump_flows, read_records
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 180.0  # Python starts slowly in an emulated (TCG) VM
@@ -83,28 +83,6 @@ def _wait_for_lines(procs: Sequence[tuple[Process, Path]], word: str, timeout: f
                 raise RunError(f"flow tool not {word.strip(chr(34))} after {timeout:g}s: "
                                f"{' '.join(proc.argv)}")
             time.sleep(0.05)
-
-
-def resolve_flows(flows: Sequence[FlowSpec], addr_of: Mapping[str, str],
-                  via_addr: Mapping[tuple[str, str], str] | None = None) -> list[FlowSpec]:
-    """Fill in each flow's destination address and (for ``via``) its source address.
-
-    addr_of: host -> the address clients connect to; via_addr: (host, path) -> that
-    host's address on the path.
-    """
-    out = []
-    for f in flows:
-        dst_addr = f.dst_addr or addr_of.get(f.dst)
-        if dst_addr is None:
-            raise InputError(f"workload {f.workload!r}: no address known for host {f.dst!r}")
-        bind = f.bind_addr
-        if f.via is not None and bind is None:
-            bind = (via_addr or {}).get((f.src, f.via))
-            if bind is None:
-                raise InputError(f"workload {f.workload!r}: host {f.src!r} has no interface "
-                                 f"on path {f.via!r}")
-        out.append(dataclasses.replace(f, dst_addr=dst_addr, bind_addr=bind))
-    return out
 
 
 def assign_ports(flows: Sequence[FlowSpec], base_port: int = 5001

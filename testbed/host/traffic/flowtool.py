@@ -22,7 +22,7 @@ What each emits:
   UDP source: ``peer_addr, peer_port, bytes, packets, lost, t_first, t_last,
   owd_ms_mean`` (one-way delay: hosts share one clock in Mininet).
 * ``client``: with ``--go-file F`` it prints ``{"event": "ready"}`` and waits for F
-  (which holds t0); then one record per flow (see `testbed.host.traffic.flowspec`) appended to
+  (which holds t0); then one record per flow (see `testbed.plan.flowspec`) appended to
   ``--out`` as each flow ends; on SIGTERM/SIGINT unfinished flows are written with
   ``error = "interrupted"`` (flows without a size or duration end normally then: their
   byte count is waited for `flowclient.RUN_END_GRACE_S`, else ``bytes_received`` stays
@@ -52,7 +52,7 @@ from testbed.core.units import parse_duration, parse_rate, parse_size
 from testbed.host.traffic.flowclient import run_flows
 from testbed.host.traffic.flowserver import serve, sink
 from testbed.host.traffic.flowsockets import JsonLines
-from testbed.host.traffic.flowspec import FlowSpec, load_flows
+from testbed.plan.flowspec import FlowSpec, load_flows
 
 
 def wait_for_go(path: Path, stop: threading.Event, ready: IO[str] = sys.stdout
@@ -95,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
             sp.add_argument("--protocol", choices=("tcp", "mptcp"), default="tcp")
         sp.add_argument("--log", default=None, help="JSON lines per connection/source")
     c = sub.add_parser("client", help="run flows (a --flows file or one flow from options)")
-    c.add_argument("--flows", help="JSON list of flows (testbed.host.traffic.flowspec.dump_flows)")
+    c.add_argument("--flows", help="JSON list of flows (testbed.plan.flowspec.dump_flows)")
     c.add_argument("--t0", type=float, default=None, help="time origin (epoch s; default now)")
     c.add_argument("--go-file", default=None,
                    help="print a ready line, wait until this file exists, read t0 from it")

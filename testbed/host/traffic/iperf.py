@@ -9,7 +9,7 @@ makes the client fall back to TCP.  A one-off server (``-s -1``) per transfer::
     ir.start(); ir.wait(30); rec = ir.collect()    # one flows.jsonl record
 
 Emits ``samples/iperf3-<name>.json`` (the client's ``-J`` report) and appends one
-record to ``samples/flows.jsonl`` (fields of `testbed.host.traffic.flowspec`; ``start``/
+record to ``samples/flows.jsonl`` (fields of `testbed.plan.flowspec`; ``start``/
 ``end`` are the client's wall-clock start and start + test seconds, so ``fct_s`` is
 iperf3's own test length -- use the flow tool when FCT precision matters), plus
 ``retransmits`` and ``goodput_bps`` (receiver bytes / receiver seconds).

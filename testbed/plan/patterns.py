@@ -1,6 +1,7 @@
 """Traffic patterns: pure functions that return lists of `FlowSpec` (host names only).
 
-Addresses and ports are filled in later by `testbed.host.traffic.flows.resolve_flows`.
+Addresses are filled in later by `testbed.plan.flows.resolve_flows`, ports by
+`testbed.host.traffic.flows.assign_ports`.
 
 * `one_to_one`  -- ``parallel`` flows src -> dst (bulk; ``via`` pins them to a path)
 * `incast`      -- ``senders[i] -> receiver`` (P1 static: S0..S4 -> S15)
@@ -19,7 +20,7 @@ import random
 from collections.abc import Sequence
 
 from testbed.core.errors import InputError
-from testbed.host.traffic.flowspec import FlowSpec
+from testbed.plan.flowspec import FlowSpec
 
 
 def _ids(workload: str, n: int) -> list[str]:

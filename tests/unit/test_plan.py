@@ -1,4 +1,4 @@
-"""The runner's pure parts: topology, flows, addresses, captures, schedule, dry run."""
+"""The run's plan (`testbed.plan`): topology, flows, addresses, captures, schedule."""
 
 from __future__ import annotations
 
@@ -8,25 +8,20 @@ import pytest
 
 from testbed.core.errors import SpecError
 from testbed.core.units import parse_duration
-from testbed.run.runner import (
+from testbed.net.network import link_groups
+from testbed.plan.flows import plan_flows, resolve_addresses
+from testbed.plan.netplan import plan_network
+from testbed.plan.pings import off_path_switches, ping_targets
+from testbed.plan.schedule import schedule_events
+from testbed.plan.topology import (
     build_topology,
     capture_targets,
     check_against_topology,
-    dry_run_commands,
-    git_revision,
     host_addresses,
-    in_parallel,
-    mptcp_roles,
-    parse_dpkg_status,
-    parse_sysctl,
     path_addresses,
-    ping_targets,
-    plan_flows,
-    resolve_addresses,
-    schedule_events,
     topo_hosts,
-    transport_settings,
 )
+from testbed.plan.transport import mptcp_roles, transport_settings
 from testbed.spec.linkshape import LinkShape
 from testbed.spec.sweep import expand
 
@@ -74,7 +69,7 @@ def test_multipath_topology_and_names():
     topo = build_topology(p.spec)
     assert {"client", "server", "router"} <= set(topo.hosts())
     assert topo_hosts(p.spec, topo) == ["client", "server"]
-    check_against_topology(p.spec, topo)
+    check_against_topology(p.spec, topo, link_groups)
     shape = topo.paths[1].shape
     assert (shape.bw_bps, shape.delay_s, shape.loss_pct) == (2_000_000, 0.03, 1.0)
     assert topo.paths[0].shape.queue_pkts == 50
@@ -84,7 +79,7 @@ def test_fattree_topology_and_link_check():
     p = plan(FAT)
     topo = build_topology(p.spec)
     assert len(topo.hosts()) == 16 and len(topo.switches()) == 20
-    check_against_topology(p.spec, topo)
+    check_against_topology(p.spec, topo, link_groups)
     assert topo.linkInfo("E0", "A0")["shape"] == LinkShape(
         bw_bps=10_000_000, delay_s=parse_duration("25us"), queue_pkts=100)
     plain = copy.deepcopy(FAT)
@@ -93,7 +88,7 @@ def test_fattree_topology_and_link_check():
     bad = copy.deepcopy(FAT)
     bad["schedule"][0]["link"] = "A0-E0"   # upper node first: not a link name
     with pytest.raises(SpecError, match=r"schedule\[0\].link"):
-        check_against_topology(plan(bad).spec, build_topology(plan(bad).spec))
+        check_against_topology(plan(bad).spec, build_topology(plan(bad).spec), link_groups)
 
 
 def test_custom_topology_is_imported():
@@ -109,7 +104,8 @@ def test_custom_topology_is_imported():
     data["topology"] = {"kind": "topologies.pair:PairTopo"}
     data["workload"][0]["dst"] = "h3"
     with pytest.raises(SpecError, match=r"workload\[0\].dst"):
-        check_against_topology(plan(data).spec, build_topology(plan(data).spec))
+        check_against_topology(plan(data).spec, build_topology(plan(data).spec),
+                               link_groups)
 
 
 def test_flows_from_every_workload_kind():
@@ -133,8 +129,8 @@ def test_pinned_flows_use_the_path_address_of_the_client():
     assert (by["up-0"].dst_addr, by["up-0"].bind_addr) == ("10.0.100.1", "10.0.1.1")
     assert by["mp-0"].dst_addr == "10.0.1.1" and by["mp-0"].bind_addr is None
     pings = ping_targets(p.spec, host_addresses(topo), path_addresses(p.spec, topo))
-    assert pings[0]["bind"] == "10.0.2.1" and pings[0]["dst_addr"] == "10.0.100.1"
-    assert pings[0]["start"] == 1.0 and pings[0]["count"] == 20
+    assert pings[0].bind == "10.0.2.1" and pings[0].dst_addr == "10.0.100.1"
+    assert pings[0].start == 1.0 and pings[0].count == 20
 
 
 def test_patterns_use_derived_seeds():
@@ -182,71 +178,6 @@ def test_capture_targets():
         capture_targets(plan(data).spec, topo, ["client", "server"])
 
 
-def test_dry_run_records_the_commands_without_running_them(tmp_path):
-    p = plan(MULTI)
-    runner = dry_run_commands(p, tmp_path / p.run_id)
-    kinds = {e.kind for e in runner.transcript.entries}
-    assert kinds == {"dry-run"}
-    text = runner.transcript.as_shell()
-    assert "tc qdisc add dev s2-eth1 root handle 1: netem" in text
-    assert "# in client: mnexec -a 0 sysctl -q -w net.ipv4.tcp_congestion_control=reno" \
-        in text
-    assert "ip mptcp endpoint add 10.0.2.1 dev client-eth1 signal" in text  # a download
-    assert f"-w {tmp_path / p.run_id}/pcap/client-client-eth1.pcap" in text
-    assert "raise SystemExit(main())' server --port 5001 --protocol tcp" in text
-    assert "ping -D -O -n -i 0.1 -s 56 -W 1 -c 20 -I 10.0.2.1 10.0.100.1" in text
-    assert "ip link set dev s1-eth1 down" not in text  # sent to a batch shell, at 5 s:
-    assert "# at t = 5s on the run's clock (after its start):\nip -force -batch - <<'EOF'\n" \
-           "link set dev s1-eth1 down\n" in text
-
-
-def test_dry_run_shows_scheduled_batches_with_their_times_and_input(tmp_path):
-    p = plan(MULTI)
-    text = dry_run_commands(p, tmp_path / p.run_id).transcript.as_shell()
-    at3 = text.index("# at t = 3s on the run's clock")
-    at5 = text.index("# at t = 5s on the run's clock")
-    assert at3 < at5  # in time order, not spec order
-    block = text[at3:at5]
-    assert block.count("tc -force -batch - <<'EOF'") == 1
-    assert "qdisc change dev s2-eth1 parent 1:1 handle 2: tbf rate 1000000bit" in block
-    assert block.rstrip().endswith("EOF")
-    scheduled = [e for e in dry_run_commands(p, tmp_path).transcript.entries
-                 if e.at is not None]
-    assert [e.at for e in scheduled] == [3.0, 5.0]
-    assert all(e.input for e in scheduled)
-
-
-def test_dry_run_fattree(tmp_path):
-    p = plan(FAT)
-    text = dry_run_commands(p, tmp_path).transcript.as_shell()
-    assert text.count("tcpdump -i") == 16
-    assert "raise SystemExit(main())' client" in text
-    assert "-m controllers ecmp --port 6653" in text and "nft -f -" not in text
-    spray = copy.deepcopy(FAT)
-    spray["controller"] = {"kind": "spray"}
-    text = dry_run_commands(plan(spray), tmp_path).transcript.as_shell()
-    assert "-m controllers spray --port 6653" in text
-    assert "nft -f - <<'EOF'\ntable netdev mptb_spray_" in text  # the input, replayable
-    assert "meta mark set numgen random mod 2" in text
-
-
-def test_small_parsers(tmp_path):
-    assert parse_sysctl("net.ipv4.tcp_rmem = 4096\t131072 6291456\nbad line\n") == {
-        "net.ipv4.tcp_rmem": "4096\t131072 6291456"}
-    status = ("Package: tshark\nStatus: install ok installed\nVersion: 4.0.17\n\n"
-              "Package: mininet\nStatus: deinstall ok config-files\nVersion: 2.3.0-1\n\n"
-              "Package: bash\nStatus: install ok installed\nVersion: 5.2\n")
-    assert parse_dpkg_status(status) == {"tshark": "4.0.17"}
-    (tmp_path / ".git" / "refs" / "heads").mkdir(parents=True)
-    (tmp_path / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
-    (tmp_path / ".git" / "refs" / "heads" / "main").write_text("abc123\n")
-    assert git_revision(tmp_path) == "abc123"
-    (tmp_path / ".git" / "refs" / "heads" / "main").unlink()
-    (tmp_path / ".git" / "packed-refs").write_text("# pack\ndef456 refs/heads/main\n")
-    assert git_revision(tmp_path) == "def456"
-    assert git_revision(tmp_path / "nope") is None
-
-
 def test_mptcp_roles_follow_who_opens_the_connections():
     p = plan(MULTI)
     flows = plan_flows(p.spec, p.seed, ["client", "server"])
@@ -262,19 +193,6 @@ def test_mptcp_roles_follow_who_opens_the_connections():
     assert set(mptcp_roles(pf.spec, [], ["S0", "S1"]).values()) == {"client"}
 
 
-def test_in_parallel_keeps_the_order_and_raises_the_first_error():
-    assert in_parallel(lambda x: x * 2, list(range(10)), workers=3) == list(range(0, 20, 2))
-    assert in_parallel(str, []) == [] and in_parallel(str, [7]) == ["7"]
-
-    def boom(x: int) -> int:
-        if x == 3:
-            raise ValueError("host 3")
-        return x
-
-    with pytest.raises(ValueError, match="host 3"):
-        in_parallel(boom, list(range(6)))
-
-
 @pytest.mark.parametrize("kind", ["subprocess:getoutput", "os:system",
                                   "testbed.core.errors:SpecError", "topologies:pair"])
 def test_custom_topology_must_be_a_topo_class_and_is_never_called_otherwise(kind, tmp_path):
@@ -288,16 +206,31 @@ def test_custom_topology_must_be_a_topo_class_and_is_never_called_otherwise(kind
     assert not marker.exists()
 
 
-def test_dry_run_never_imports_or_builds_a_custom_topology(tmp_path, monkeypatch):
-    marker = tmp_path / "imported"
-    (tmp_path / "evil_topo.py").write_text(
-        f"open({str(marker)!r}, 'w').close()\n"
-        "from mininet.topo import Topo\n"
-        "class T(Topo):\n"
-        "    def build(self, **_):\n"
-        f"        open({str(marker)!r}, 'a').write('built')\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    data = {"name": "c", "duration": "5s", "topology": {"kind": "evil_topo:T"},
-            "workload": [{"kind": "ping", "src": "h1", "dst": "h2"}]}
-    runner = dry_run_commands(plan(data), tmp_path / "run")
-    assert runner.transcript.entries == [] and not marker.exists()
+def test_network_plan_holds_what_the_run_does():
+    p = plan(MULTI)
+    np_ = plan_network(p, link_groups)
+    assert (np_.run_id, np_.seed, np_.spec) == (p.run_id, p.seed, p.spec)
+    assert np_.hosts == ("client", "server")
+    assert sorted(f.flow_id for f in np_.flows) == ["down-0", "mp-0", "up-0", "up-1", "x-0"]
+    assert all(f.dst_addr for f in np_.flows)
+    assert [pg.name for pg in np_.pings] == ["rtt"]
+    assert np_.addr_of["server"] == "10.0.100.1"
+    assert np_.path_addrs[("client", "cell")] == "10.0.2.1"
+    assert np_.roles == {"client": "server", "server": "server"}
+    assert np_.captures == (("client", "client-eth0"), ("client", "client-eth1"))
+    assert np_.transport.protocol == "mptcp"
+    assert [(e.at, e.link) for e in np_.events] == [(3.0, "cell"), (5.0, "wifi")]
+    bad = copy.deepcopy(MULTI)
+    bad["schedule"][0]["link"] = "wlan"
+    with pytest.raises(SpecError, match=r"schedule\[0\].link"):
+        plan_network(plan(bad), link_groups)
+
+
+def test_a_ping_leaves_out_the_other_paths_switches():
+    p = plan(MULTI)
+    topo = build_topology(p.spec)
+    assert off_path_switches(p.spec, topo, "cell") == {"s1"}
+    assert off_path_switches(p.spec, topo, "wifi") == {"s2"}
+    assert off_path_switches(p.spec, topo, None) == {"s2"}  # unpinned: path 0
+    pf = plan(FAT)
+    assert off_path_switches(pf.spec, build_topology(pf.spec), None) == frozenset()

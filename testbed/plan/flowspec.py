@@ -44,7 +44,8 @@ class FlowSpec:
     """One flow.
 
     flow_id: unique id; workload: the workload's name; src/dst: host names;
-    dst_addr/dport: where to connect (filled in by `testbed.host.traffic.flows`);
+    dst_addr/dport: where to connect (filled in by `testbed.plan.flows.resolve_flows` /
+    `testbed.host.traffic.flows.assign_ports`);
     protocol: tcp | mptcp | udp; size_bytes / duration_s: bound (neither: until stopped);
     start_s: start offset from the run's time origin; bind_addr: source address
     (pins a TCP flow to a path); via: that path's name (recorded only); cc: congestion
