@@ -14,7 +14,8 @@ from collections.abc import Mapping, Sequence
 from testbed.core.errors import InputError
 from testbed.plan import patterns as pt
 from testbed.plan.flowspec import FlowSpec
-from testbed.spec.model import BulkWorkload, CbrWorkload, Experiment, FlowsWorkload
+from testbed.spec.experiment import Experiment
+from testbed.spec.model import BulkWorkload, CbrWorkload, FlowsWorkload
 from testbed.spec.sweep import workload_seed
 
 

@@ -31,7 +31,7 @@ from testbed.plan.topology import (
     topo_hosts,
 )
 from testbed.plan.transport import TransportSettings, mptcp_roles, transport_settings
-from testbed.spec.model import Experiment
+from testbed.spec.experiment import Experiment
 from testbed.spec.sweep import RunPlan
 
 if TYPE_CHECKING:

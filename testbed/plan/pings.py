@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from testbed.core.errors import SpecError
-from testbed.spec.model import Experiment, MultipathTopology, PingWorkload
+from testbed.spec.experiment import Experiment
+from testbed.spec.model import MultipathTopology, PingWorkload
 
 if TYPE_CHECKING:
     from mininet.topo import Topo

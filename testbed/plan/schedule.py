@@ -8,7 +8,8 @@ a schedule on time (names checked against the topology by `testbed.plan.topology
 
 from __future__ import annotations
 
-from testbed.spec.model import Experiment, ScheduleEvent
+from testbed.spec.experiment import Experiment
+from testbed.spec.model import ScheduleEvent
 
 
 def schedule_events(exp: Experiment) -> list[ScheduleEvent]:

@@ -14,11 +14,8 @@ from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING
 
 from testbed.core.errors import SpecError
-from testbed.spec.model import (
-    Experiment,
-    FatTreeTopology,
-    MultipathTopology,
-)
+from testbed.spec.experiment import Experiment
+from testbed.spec.model import FatTreeTopology, MultipathTopology
 
 if TYPE_CHECKING:  # Mininet is imported where a topology is built, not with this module
     from mininet.topo import Topo

@@ -14,13 +14,8 @@ from typing import Any
 
 from testbed.core.errors import InputError
 from testbed.plan.flowspec import FlowSpec
-from testbed.spec.model import (
-    BulkWorkload,
-    Experiment,
-    FlowsWorkload,
-    MultipathTopology,
-    Transport,
-)
+from testbed.spec.experiment import Experiment
+from testbed.spec.model import BulkWorkload, FlowsWorkload, MultipathTopology, Transport
 
 MAX_SUBFLOWS = 8           # MPTCP_PM_ADDR_MAX on 6.1
 MAX_PER_PATH = 4

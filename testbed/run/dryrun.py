@@ -101,7 +101,7 @@ def _dry_run_schedule(runner: CommandRunner, plan: NetworkPlan,
     """The schedule's link changes as `Network.apply` makes them at their times: per event
     and namespace one ``tc -force -batch -`` for shape changes, then one ``ip -force
     -batch -`` for down/up, each with its input (what the batch shells are sent)."""
-    from testbed.core.commands import batch_text
+    from testbed.core.batch import batch_text
     from testbed.net import shaping as sh
     from testbed.net.network import link_groups
 

@@ -36,7 +36,7 @@ from testbed.run.fidelity_data import dp_lost, fidelity_extra, qdisc_drops
 from testbed.run.preflight import ensure_ccs
 from testbed.run.provenance import host_facts, node_dumps
 from testbed.run.reuse import NetworkKeeper
-from testbed.spec.model import Experiment
+from testbed.spec.experiment import Experiment
 from testbed.spec.sweep import RunPlan
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from testbed.core.commands import CommandRunner
-from testbed.spec.model import Experiment
+from testbed.spec.experiment import Experiment
 from testbed.spec.sweep import RunPlan
 
 

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 from testbed.core.commands import CommandRunner
 from testbed.plan.transport import uses_mptcp
 from testbed.run.recovery import recover_network
-from testbed.spec.model import Experiment
+from testbed.spec.experiment import Experiment
 
 if TYPE_CHECKING:
     from mininet.topo import Topo

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from testbed.core.compat import tomllib
 from testbed.core.errors import SpecError
-from testbed.spec.model import Experiment
+from testbed.spec.experiment import Experiment
 from testbed.spec.problems import data_path, show_parts, validation_problems
 from testbed.spec.quantities import USER_TEXT
 

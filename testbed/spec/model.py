@@ -2,7 +2,7 @@
 
 Each table of a spec is a `SpecModel` (frozen, unknown keys refused); `Experiment` is the
 whole file.  Quantities are the unit-bearing types of `testbed.spec.quantities`; checks
-that involve several keys run when an `Experiment` validates (`testbed.spec.checks`).
+that involve several keys run when an `Experiment` validates (`testbed.spec.experiment`).
 Reading a file, turning validation errors into one line per problem, and dumping back
 to TOML live in `testbed.spec.load` and `testbed.spec.problems`.  The full key reference
 is ``docs/spec.md``.
@@ -19,7 +19,6 @@ from pydantic import (
     Field,
     Tag,
     field_validator,
-    model_validator,
 )
 from pydantic_core import PydanticCustomError
 
@@ -343,48 +342,3 @@ class Sampler(SpecModel):
     enabled: bool = True
     interval: Interval = 0.1
     hosts: list[HostName] | None = None
-
-
-class Experiment(SpecModel):
-    """One experiment spec (the whole TOML file)."""
-
-    name: Name
-    description: str = ""
-    duration: PositiveDuration
-    seed: Annotated[int, Field(ge=0, lt=2**32)] = 1
-    repetitions: Annotated[int, Field(ge=1, le=1000)] = 1
-    repetition: Annotated[int, Field(ge=1)] | None = None
-    stop_when_done: bool = False
-    topology: Topology
-    controller: Controller = Field(default_factory=Controller)
-    transport: Transport = Field(default_factory=Transport)
-    workload: Annotated[list[Workload], Field(min_length=1)]
-    schedule: list[ScheduleEvent] = Field(default_factory=list)
-    capture: Capture = Field(default_factory=Capture)
-    sampler: Sampler = Field(default_factory=Sampler)
-    sweep: dict[str, Annotated[list[Any], Field(min_length=1)]] = Field(default_factory=dict)
-
-    @model_validator(mode="after")
-    def _cross_checks(self) -> Experiment:
-        from testbed.spec.checks import check_experiment  # the checks read these models
-
-        check_experiment(self)
-        return self
-
-    def controller_kind(self) -> str:
-        """The effective controller: the given kind, else ecmp on a fat-tree, none otherwise."""
-        if self.controller.kind is not None:
-            return self.controller.kind
-        return "ecmp" if isinstance(self.topology, FatTreeTopology) else "none"
-
-    def repetition_numbers(self) -> list[int]:
-        """The repetitions this spec runs: 1..repetitions, or just ``repetition``."""
-        if self.repetition is not None:
-            return [self.repetition]
-        return list(range(1, self.repetitions + 1))
-
-    def workload_name(self, index: int) -> str:
-        """The workload's name, or ``<kind><index>`` when it has none."""
-        wl = self.workload[index]
-        return wl.name or f"{wl.kind}{index}"
-

@@ -18,14 +18,8 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
-from testbed.spec.model import (
-    CC_RE,
-    PATH_RE,
-    PATTERN_WORDS,
-    WORKLOAD_KINDS,
-    CustomTopology,
-    Experiment,
-)
+from testbed.spec.experiment import Experiment
+from testbed.spec.model import CC_RE, PATH_RE, PATTERN_WORDS, WORKLOAD_KINDS, CustomTopology
 from testbed.spec.quantities import show_value
 
 

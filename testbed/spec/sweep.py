@@ -37,8 +37,8 @@ from typing import Any
 
 from testbed.core.compat import tomllib
 from testbed.core.errors import SpecError
+from testbed.spec.experiment import Experiment
 from testbed.spec.load import read_toml, spec_to_toml, validate_spec
-from testbed.spec.model import Experiment
 from testbed.spec.quantities import show_value
 
 KeyPath = list[str | int]

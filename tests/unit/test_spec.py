@@ -9,14 +9,9 @@ import pytest
 from testbed.core.compat import tomllib
 from testbed.core.errors import SpecError
 from testbed.core.units import parse_duration
+from testbed.spec.experiment import Experiment
 from testbed.spec.load import spec_to_toml, validate_spec
-from testbed.spec.model import (
-    BulkWorkload,
-    Experiment,
-    FatTreeTopology,
-    FlowsWorkload,
-    MultipathTopology,
-)
+from testbed.spec.model import BulkWorkload, FatTreeTopology, FlowsWorkload, MultipathTopology
 from testbed.spec.problems import describe_validation_error, dotted
 from testbed.spec.quantities import format_duration_exact, format_rate_exact, format_size_exact
 

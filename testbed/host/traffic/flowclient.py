@@ -1,7 +1,7 @@
 """The sending end of the flow tool: timed TCP/MPTCP and constant-bit-rate UDP flows.
 
 `run_flows` starts each flow of a list at ``t0 + start_s`` in its own thread and writes
-one record per flow as it ends (`testbed.host.traffic.flowspec`), an interrupted or
+one record per flow as it ends (`testbed.plan.flowspec`), an interrupted or
 failed one included.  A TCP/MPTCP flow ends when the server has reported the byte count
 it received, which makes ``fct_s`` comparable with SYN -> last data ACK in a pcap.
 """
@@ -26,7 +26,7 @@ from testbed.host.traffic.flowsockets import (
     mptcp_info,
     socket_protocol,
 )
-from testbed.host.traffic.flowspec import FlowSpec, base_record
+from testbed.plan.flowspec import FlowSpec, base_record
 
 TCP_CONGESTION = getattr(socket, "TCP_CONGESTION", 13)
 CONNECT_TIMEOUT_S = 30.0

@@ -1,8 +1,10 @@
-"""Checks of a spec that involve several keys: hosts, links, paths, times, patterns.
+"""The whole spec, `Experiment`, and its checks that involve several keys: hosts, links,
+paths, times, patterns.
 
 `check_experiment` runs when an `Experiment` validates, after each field validated on
-its own; it raises one `SpecError` with a ``key path: what is wrong; hint`` line per
-problem, so that every problem of a spec is reported at once::
+its own (the parts are the models of `testbed.spec.model`); it raises one `SpecError`
+with a ``key path: what is wrong; hint`` line per problem, so that every problem of a
+spec is reported at once::
 
     workload[0].dst: no host named 'sever'; did you mean 'server'?
     schedule[0].at: 30s is not before the end of the run (duration = 10s)
@@ -12,18 +14,69 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field, model_validator
 
 from testbed.core.errors import SpecError
 from testbed.spec.model import (
     BulkWorkload,
-    Experiment,
+    Capture,
+    Controller,
     FatTreeTopology,
     FlowsWorkload,
     MultipathTopology,
+    Name,
+    Sampler,
     ScheduleEvent,
+    SpecModel,
+    Topology,
+    Transport,
+    Workload,
 )
-from testbed.spec.quantities import format_duration_exact
+from testbed.spec.quantities import PositiveDuration, format_duration_exact
+
+
+class Experiment(SpecModel):
+    """One experiment spec (the whole TOML file)."""
+
+    name: Name
+    description: str = ""
+    duration: PositiveDuration
+    seed: Annotated[int, Field(ge=0, lt=2**32)] = 1
+    repetitions: Annotated[int, Field(ge=1, le=1000)] = 1
+    repetition: Annotated[int, Field(ge=1)] | None = None
+    stop_when_done: bool = False
+    topology: Topology
+    controller: Controller = Field(default_factory=Controller)
+    transport: Transport = Field(default_factory=Transport)
+    workload: Annotated[list[Workload], Field(min_length=1)]
+    schedule: list[ScheduleEvent] = Field(default_factory=list)
+    capture: Capture = Field(default_factory=Capture)
+    sampler: Sampler = Field(default_factory=Sampler)
+    sweep: dict[str, Annotated[list[Any], Field(min_length=1)]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> Experiment:
+        check_experiment(self)
+        return self
+
+    def controller_kind(self) -> str:
+        """The effective controller: the given kind, else ecmp on a fat-tree, none otherwise."""
+        if self.controller.kind is not None:
+            return self.controller.kind
+        return "ecmp" if isinstance(self.topology, FatTreeTopology) else "none"
+
+    def repetition_numbers(self) -> list[int]:
+        """The repetitions this spec runs: 1..repetitions, or just ``repetition``."""
+        if self.repetition is not None:
+            return [self.repetition]
+        return list(range(1, self.repetitions + 1))
+
+    def workload_name(self, index: int) -> str:
+        """The workload's name, or ``<kind><index>`` when it has none."""
+        wl = self.workload[index]
+        return wl.name or f"{wl.kind}{index}"
 
 
 def check_experiment(exp: Experiment) -> None:
