@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from analysis.bundle import build_tables
 from analysis.capture import CaptureAnalysis
-from analysis.pcap import MAX_BLOCK_BYTES, read_packets
+from analysis.pcap import read_packets
+from analysis.pcap_records import MAX_BLOCK_BYTES
 from analysis.samples import empty_appflows
 from testbed.core.errors import CaptureFormatError, InputError
 
