@@ -463,8 +463,8 @@ def make_controller(exp: Experiment, topo: Any, bundle: Bundle,
     kind = exp.controller_kind()
     if kind == "none":
         return None
-    from controllers import canonical_app
     from controllers.launcher import ControllerProcess
+    from controllers.registry import canonical_app
 
     return ControllerProcess(canonical_app(kind), topo, CONTROLLER_PORT,
                              bundle.logs_dir / "controller.log", runner=runner)
@@ -915,9 +915,9 @@ def _dry_run_controller(runner: CommandRunner, exp: Experiment, topo: Any,
         return
     import sys
 
-    from controllers import canonical_app
     from controllers.launcher import controller_argv
     from controllers.paths import compute_routes
+    from controllers.registry import canonical_app
     from controllers.rules import spray_nft_script
 
     app = canonical_app(kind)

@@ -45,6 +45,12 @@ from pydantic_core import PydanticCustomError
 from testbed.core.compat import tomllib
 from testbed.core.errors import InputError, SpecError, UnitError
 from testbed.core.units import parse_duration, parse_percent, parse_rate, parse_size
+from testbed.spec.controller_kinds import (
+    CONTROLLER_KINDS,
+    FABRIC_KINDS,
+    NO_CONTROLLER,
+    quoted_choices,
+)
 
 # ---------------------------------------------------------------------------------------
 # quantities with units
@@ -334,9 +340,10 @@ class ScheduleEvent(SpecModel):
 
 
 class Controller(SpecModel):
-    """The SDN controller (fat-tree only): single-path | ecmp | spray; none elsewhere."""
+    """The SDN controller (fat-tree only): one of `FABRIC_KINDS`; `NO_CONTROLLER` elsewhere
+    (the kinds: `testbed.spec.controller_kinds`, the apps: `controllers.registry`)."""
 
-    kind: Literal["none", "single-path", "ecmp", "spray"] | None = None
+    kind: Literal[CONTROLLER_KINDS] | None = None  # type: ignore[valid-type]
 
 
 class Transport(SpecModel):
@@ -546,12 +553,12 @@ def _check_repetition(exp: Experiment) -> None:
 def _check_controller(exp: Experiment) -> None:
     topo = exp.topology
     kind = exp.controller.kind
-    if kind not in (None, "none") and not isinstance(topo, FatTreeTopology):
+    if kind not in (None, NO_CONTROLLER) and not isinstance(topo, FatTreeTopology):
         raise SpecError(f"controller.kind: '{kind}' needs topology.kind = 'fattree'; "
-                        f"use 'none' (or leave [controller] out) for {topo.kind!r}")
-    if kind == "none" and isinstance(topo, FatTreeTopology):
+                        f"use '{NO_CONTROLLER}' (or leave [controller] out) for {topo.kind!r}")
+    if kind == NO_CONTROLLER and isinstance(topo, FatTreeTopology):
         raise SpecError("controller.kind: a fat-tree needs a controller; use "
-                        "'single-path', 'ecmp' or 'spray'")
+                        f"{quoted_choices(FABRIC_KINDS)}")
 
 
 def _check_event(exp: Experiment, i: int, ev: ScheduleEvent, links: list[str] | None) -> None:
