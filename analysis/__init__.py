@@ -2,18 +2,31 @@
 
 Modules, in data-flow order::
 
-    pcap.py     read_packets(path) -> PacketTable   (pcap / pcapng, chunked, vectorised)
-    decode.py   link (Ethernet, SLL, SLL2, raw, loopback) / IPv4 / IPv6 / TCP / UDP / options
-    table.py    the column registry of the packet table and its side tables
-    flows.py    find_flows(table): TCP connections, UDP flows, MPTCP grouping by token
-    metrics.py  sequence analysis, reordering (RFC 4737), FCT, RTT, DSN level, time series
-    capture.py  CaptureAnalysis.of(path): all of the above for one capture
-    bundle.py   analyze_bundle(run_dir) -> headline dict; writes RUN/metrics/*.parquet
-    samples.py  samples/*.jsonl -> fixed-schema tables; atomic file writes
-    plots.py    matplotlib figures (PNG + SVG)
-    report.py   write_report(dir) -> report.html for a run or a sweep (pluggable sections)
-    tshark.py   tshark argv builders and parsers (reference for tests and the benchmark)
-    cli.py      `testbed analyze PCAP... [--out DIR]`, `testbed report DIR`
+    pcap.py         read_packets(path) -> PacketTable   (pcap / pcapng, chunked, vectorised)
+    pcap_classic.py, pcapng.py, pcap_records.py   the two formats' record walkers
+    decode.py       link (Ethernet, SLL, SLL2, raw, loopback) / IPv4 / IPv6 / TCP / UDP / options
+    table.py        the column registry of the packet table and its side tables
+    flows.py        find_flows(table): TCP connections, UDP flows, MPTCP grouping by token
+    sequence.py     grouped sequence arithmetic, reordering (RFC 4737)
+    metrics.py      per-flow metrics: sequence analysis, FCT, RTT, delivered bytes
+    dsn.py          MPTCP data level (DSN) and the connection table
+    series.py       throughput / goodput time series
+    order.py        out-of-order share against the sender's order
+    capture.py      CaptureAnalysis.of(path): all of the above for one capture
+    bundle.py       analyze_bundle(run_dir) -> headline dict; writes RUN/metrics/*.parquet
+    samples.py      samples/*.jsonl -> fixed-schema tables; atomic file writes
+    fidelity.py     the ok / warn / fail verdict of a run
+    plots.py        matplotlib figures (PNG + SVG)
+    report.py       write_report(dir) -> report.html for a run or a sweep (pluggable sections:
+                    report_context.py, report_sections.py, report_fidelity.py)
+    tshark.py       tshark argv builders and parsers (reference for tests and the benchmark)
+
+Studies (one folder each under ``experiments/``, with its ``study.py``)::
+
+    study_registry.py   StudyRegistry: the studies, found by folder
+    claims.py           Comparison, Claim, StudyResult; a study's paper.toml
+    study_tables.py     what `testbed study` wrote, read back (run_table, workload_rate, ...)
+    study_report.py     evaluate(study, out), write_study_report -> out/report.html
 
 Command line::
 

@@ -22,11 +22,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis import metrics as M
 from analysis import order as O
 from analysis import samples as S
 from analysis.capture import CaptureAnalysis
+from analysis.dsn import connection_table
 from analysis.pcap import DEFAULT_CHUNK_BYTES, Progress
+from analysis.series import throughput_series
 from testbed.core import safefiles
 from testbed.results import columns as C
 
@@ -152,7 +153,7 @@ def build_tables(caps: list[CaptureAnalysis], meta: dict, appflows: pd.DataFrame
     if allrows is None or not len(allrows):
         return {"flows": pd.DataFrame({k: [] for k in FLOW_COLUMNS}),
                 "timeseries": pd.DataFrame({k: [] for k in TIMESERIES_COLUMNS}),
-                "connections": M.connection_table(pd.DataFrame(), pd.DataFrame())}
+                "connections": connection_table(pd.DataFrame(), pd.DataFrame())}
     base = _pick(allrows, cap_host, addrs, "src").set_index("flow_id")
     recv = _pick(allrows, cap_host, addrs, "dst").set_index("flow_id")
     base[REORDER_FIELDS] = recv[REORDER_FIELDS].reindex(base.index)
@@ -172,7 +173,7 @@ def build_tables(caps: list[CaptureAnalysis], meta: dict, appflows: pd.DataFrame
         dsn = pd.concat([by_name[n].dsn.assign(_cap=k) for k, n in enumerate(names)
                          if n in by_name], ignore_index=True)
         dsn = dsn[dsn["token"] == token].sort_values(["ts", "_cap"], kind="stable")
-        ct = M.connection_table(dsn.drop(columns="_cap"), sub.rename(
+        ct = connection_table(dsn.drop(columns="_cap"), sub.rename(
             columns={"mptcp_token": "mptcp_token"}))
         if not len(ct):
             continue
@@ -246,19 +247,19 @@ def _timeseries(caps: list[CaptureAnalysis], base: pd.DataFrame, meta: dict, t0:
         sub = f_par[flow] != ""
         for kind, s in (("flow", ~sub), ("subflow", sub)):
             if s.any():
-                parts.append(M.throughput_series(ts[rows[s]], payload[s], flow[s], bin_s, t0,
-                                                 good[rows[s]], src, key_names=fid)
+                parts.append(throughput_series(ts[rows[s]], payload[s], flow[s], bin_s, t0,
+                                               good[rows[s]], src, key_names=fid)
                              .assign(kind=kind, capture=c.name))
         # top-level TCP flows: bytes delivered in order, from the receiver's ACKs
         rrows, rflow, rbytes = c.delivered_bytes_per_packet()
         at_rx = f_rx[rflow]
         if at_rx.any():
-            parts.append(M.throughput_series(ts[rrows[at_rx]], rbytes[at_rx], rflow[at_rx],
-                                             bin_s, t0, source=src, key_names=fid)
+            parts.append(throughput_series(ts[rrows[at_rx]], rbytes[at_rx], rflow[at_rx],
+                                           bin_s, t0, source=src, key_names=fid)
                          .assign(kind="delivered", capture=c.name))
         if sub.any():
-            parts.append(M.throughput_series(ts[rows[sub]], payload[sub], flow[sub], bin_s, t0,
-                                             good[rows[sub]], src, key_names=f_par)
+            parts.append(throughput_series(ts[rows[sub]], payload[sub], flow[sub], bin_s, t0,
+                                           good[rows[sub]], src, key_names=f_par)
                          .assign(kind="connection", capture=c.name))
         allp = c.table.cols["payload"].astype(np.int64)
         ip = np.flatnonzero(c.table.cols["ip_ver"] > 0)
@@ -268,9 +269,9 @@ def _timeseries(caps: list[CaptureAnalysis], base: pd.DataFrame, meta: dict, t0:
             seen_paths.add(path)
             keys.append(("path", path))
         for kind, key in keys:
-            parts.append(M.throughput_series(ts[ip], allp[ip], np.zeros(len(ip), np.int64),
-                                             bin_s, t0, good[ip], src,
-                                             key_names=np.array([key], object))
+            parts.append(throughput_series(ts[ip], allp[ip], np.zeros(len(ip), np.int64),
+                                           bin_s, t0, good[ip], src,
+                                           key_names=np.array([key], object))
                          .assign(kind=kind, capture=c.name))
     if not parts:
         return pd.DataFrame({k: [] for k in TIMESERIES_COLUMNS})

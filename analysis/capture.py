@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import metrics as M
+from analysis.dsn import connection_table, dsn_analysis
 from analysis.flows import Flows, find_flows
 from analysis.pcap import DEFAULT_CHUNK_BYTES, Progress, read_packets
 from analysis.table import PacketTable
@@ -33,7 +34,7 @@ class CaptureAnalysis:
 
     name: capture name (file stem); table, flows: decoded packets and flow assignment;
     segments: per-TCP-packet sequence analysis; flow_rows: `metrics.flow_table`;
-    dsn: `metrics.dsn_analysis`; connections: `metrics.connection_table`.
+    dsn: `dsn.dsn_analysis`; connections: `dsn.connection_table`.
     """
 
     name: str
@@ -55,8 +56,8 @@ class CaptureAnalysis:
         seg = M.segments(tbl, fl)
         rows, rtt = M.flow_table_and_rtt(tbl, fl, seg)
         ddir = rows["data_dir"].to_numpy().astype(np.int64)
-        dsn = M.dsn_analysis(tbl, fl, seg, ddir)
-        conns = M.connection_table(dsn, fl.flows)
+        dsn = dsn_analysis(tbl, fl, seg, ddir)
+        conns = connection_table(dsn, fl.flows)
         rows.insert(0, "flow_id", flow_ids(rows).to_numpy())
         rows.insert(1, "capture", Path(path).stem)
         return cls(Path(path).stem, tbl, fl, seg, rows, dsn, conns, rtt)

@@ -1,5 +1,8 @@
 """Per-flow metrics of one capture: sequence analysis, FCT, throughput, reordering, RTT.
 
+The data level of MPTCP connections is in `analysis.dsn`, time series in `analysis.series`,
+the grouped sequence arithmetic and RFC 4737 classification in `analysis.sequence`.
+
 Definitions (all at the capture point of the table):
 
 * A *data segment* is a TCP packet with payload.  Sequence numbers are unwrapped to 64 bits
@@ -30,130 +33,17 @@ import numpy as np
 import pandas as pd
 
 from analysis import table as T
-from analysis.flows import Flows, key_token
-from testbed.core.errors import InputError
-
-_W32 = 1 << 32
-
-
-def _starts(group: np.ndarray) -> np.ndarray:
-    return np.r_[True, group[1:] != group[:-1]] if len(group) else np.zeros(0, bool)
-
-
-def _group_cumsum(v: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    cs = np.cumsum(v)
-    idx = np.flatnonzero(starts)
-    before = np.r_[0, cs[idx[1:] - 1]] if len(idx) else np.zeros(0, cs.dtype)
-    lengths = np.diff(np.r_[idx, len(v)])
-    return cs - np.repeat(before, lengths)
-
-
-def unwrap32(values: np.ndarray, base: np.ndarray, group: np.ndarray) -> np.ndarray:
-    """Unwrap 32-bit sequence numbers within contiguous groups.
-
-    values: raw uint32 values in arrival order; base: per-element origin (same group, same
-    base); group: group id per element.  Returns int64 offsets from base.
-    """
-    rel = (values.astype(np.int64) - base.astype(np.int64)) % _W32
-    st = _starts(group)
-    d = np.empty(len(rel), np.int64)
-    if len(rel):
-        d[0] = rel[0]
-        d[1:] = ((rel[1:] - rel[:-1] + (1 << 31)) % _W32) - (1 << 31)
-        d[st] = np.where(rel[st] >= (1 << 31), rel[st] - _W32, rel[st])
-    return _group_cumsum(d, st)
-
-
-def _running_max_excl(v: np.ndarray, starts: np.ndarray, floor: int) -> np.ndarray:
-    """Running maximum of the previous elements of each group (floor for the first)."""
-    if not len(v):
-        return v.copy()
-    gi = np.cumsum(starts) - 1
-    shifted = np.r_[floor, v[:-1]].astype(np.int64)
-    shifted[starts] = floor
-    span = int(np.max(np.abs(v))) + abs(floor) + 1
-    lift = gi.astype(np.int64) * (2 * span + 1)
-    m = np.maximum.accumulate(shifted + lift) - lift
-    return m
-
-
-def stable_order(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """The stable sort order of integer pairs (a, b) (equal pairs keep their order).
-
-    One stable argsort of a combined key when the ranges allow (fast on the nearly sorted
-    keys of a capture: flows grouped, sequence numbers and times rising), else a lexsort
-    with the index as last key.
-    """
-    if not len(a):
-        return np.zeros(0, np.int64)
-    a0, b0 = int(a.min()), int(b.min())
-    ra, rb = int(a.max()) - a0 + 1, int(b.max()) - b0 + 1
-    if ra * rb < (1 << 62):
-        key = (a.astype(np.int64) - a0) * rb + (b.astype(np.int64) - b0)
-        return np.argsort(key, kind="stable")
-    return np.lexsort((np.arange(len(a)), b, a))
-
-
-def pair_groups(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Group equal integer (a, b) pairs with one sort instead of hashing.
-
-    Returns (order, starts, gid): order sorts the pairs, starts are the positions in that
-    order where a group begins, gid the group of each element (groups numbered in sorted
-    pair order).
-    """
-    o = stable_order(a, b)
-    if not len(o):
-        z = np.zeros(0, np.int64)
-        return z, z, z
-    sa, sb = a[o], b[o]
-    new = np.r_[True, (sa[1:] != sa[:-1]) | (sb[1:] != sb[:-1])]
-    gid = np.empty(len(o), np.int64)
-    gid[o] = np.cumsum(new) - 1
-    return o, np.flatnonzero(new), gid
-
-
-def duplicated_pairs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """True where (a[i], b[i]) occurred at an earlier index (as DataFrame.duplicated)."""
-    o, starts, gid = pair_groups(a, b)
-    if not len(o):
-        return np.zeros(0, bool)
-    first = np.minimum.reduceat(o, starts)
-    return np.arange(len(o)) != first[gid]
-
-
-def reorder_analysis(group: np.ndarray, start: np.ndarray, end: np.ndarray,
-                     tsval: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """Classify segments (contiguous groups, arrival order) as new, retransmitted, reordered.
-
-    group: group id; start/end: sequence range of each segment (int64); tsval: sender
-    timestamps (0 = none) used to tell a late retransmission from network reordering.
-    Returns boolean arrays ``retrans``, ``reordered`` and int array ``extent`` (0 if none).
-    """
-    n = len(group)
-    st = _starts(group)
-    nextexp = _running_max_excl(end, st, -(1 << 40))
-    behind = start < nextexp
-    dup = duplicated_pairs(np.asarray(group), np.asarray(start))
-    late = np.zeros(n, bool)
-    if tsval is not None:
-        ts = tsval.astype(np.int64)
-        has = ts > 0
-        prev_ts = _running_max_excl(np.where(has, ts, -1), st, -1)
-        late = has & (prev_ts >= 0) & (ts > prev_ts)
-    retrans = behind & (dup | late)
-    reordered = behind & ~retrans
-    extent = np.zeros(n, np.int64)
-    r = np.flatnonzero(reordered)
-    if len(r):
-        uniq = ~retrans
-        pos = np.cumsum(uniq) - 1                      # arrival index among unique segments
-        gi = np.cumsum(st) - 1
-        u = np.flatnonzero(uniq)
-        span = int(np.abs(start).max()) + 1
-        lifted = np.maximum.accumulate(start[u] + gi[u] * (2 * span + 1))
-        first_higher = np.searchsorted(lifted, start[r] + gi[r] * (2 * span + 1), "right")
-        extent[r] = pos[r] - first_higher
-    return {"retrans": retrans, "reordered": reordered, "extent": extent}
+from analysis.flows import Flows
+from analysis.sequence import (
+    WRAP32,
+    duplicated_pairs,
+    group_starts,
+    pair_groups,
+    reorder_analysis,
+    running_max_before,
+    stable_order,
+    unwrap32,
+)
 
 
 def segments(tbl: T.PacketTable, fl: Flows) -> pd.DataFrame:
@@ -172,7 +62,7 @@ def segments(tbl: T.PacketTable, fl: Flows) -> pd.DataFrame:
     first = np.where(d == 0, flows["first_seq_fwd"].to_numpy(float)[f],
                      flows["first_seq_rev"].to_numpy(float)[f])
     has_isn = ~np.isnan(isn)
-    base = np.where(has_isn, np.nan_to_num(isn) + 1, np.nan_to_num(first)).astype(np.int64) % _W32
+    base = np.where(has_isn, np.nan_to_num(isn) + 1, np.nan_to_num(first)).astype(np.int64) % WRAP32
     grp = f * 2 + d
     seq = unwrap32(c["seq"][rows], base, grp)
     # ACKs are relative to the other direction's origin
@@ -181,7 +71,7 @@ def segments(tbl: T.PacketTable, fl: Flows) -> pd.DataFrame:
     ofirst = np.where(d == 0, flows["first_seq_rev"].to_numpy(float)[f],
                       flows["first_seq_fwd"].to_numpy(float)[f])
     obase = np.where(~np.isnan(other), np.nan_to_num(other) + 1,
-                     np.nan_to_num(ofirst)).astype(np.int64) % _W32
+                     np.nan_to_num(ofirst)).astype(np.int64) % WRAP32
     ack = unwrap32(c["ack"][rows], obase, grp)
     payload = c["payload"][rows].astype(np.int64)
     df = pd.DataFrame({"row": rows, "flow": f, "dir": d, "ts": c["ts_ns"][rows], "seq": seq,
@@ -227,8 +117,8 @@ def delivered_bytes(seg: pd.DataFrame, ddir: np.ndarray
         return e, e, e
     fa = f[acks]
     ack = np.minimum(seg["ack"].to_numpy(np.int64)[acks], top[fa])
-    st = _starts(fa)
-    before = _running_max_excl(ack, st, 0)
+    st = group_starts(fa)
+    before = running_max_before(ack, st, 0)
     new = np.maximum(ack - before, 0)
     return seg["row"].to_numpy()[acks], fa, new
 
@@ -384,185 +274,3 @@ def rtt_samples(seg: pd.DataFrame, ddir: np.ndarray) -> pd.DataFrame:
     res = pd.DataFrame({"flow": cflow[ok], "t": cts[ok] / 1e9,
                         "rtt_ms": (ts_ack[i][ok] - cts[ok]) / 1e6})
     return res
-
-
-def dsn_analysis(tbl: T.PacketTable, fl: Flows, seg: pd.DataFrame, ddir: np.ndarray
-                 ) -> pd.DataFrame:
-    """MPTCP data-level analysis of the data segments of every connection in this capture.
-
-    Returns one row per data segment that can be mapped: token, flow, row, ts, dsn (relative to the
-    connection's IDSN when its key was captured), end, reinjected, reordered, extent.
-    """
-    c = tbl.cols
-    flows = fl.flows
-    tok = flows["mptcp_token"].to_numpy()
-    fdir = ddir[seg["flow"].to_numpy()]
-    d = seg[(seg["dir"].to_numpy() == fdir) & (tok[seg["flow"].to_numpy()] != "")].copy()
-    cols = ["token", "flow", "row", "ts", "dsn", "end", "reinjected", "reordered", "extent"]
-    if not len(d):
-        return pd.DataFrame({k: [] for k in cols})
-    rows = d["row"].to_numpy()
-    has_map = (c["dss_flags"][rows] & T.DSS_M) != 0
-    m_dsn = c["dsn"][rows].copy()
-    m_ssn = c["ssn"][rows].astype(np.int64)
-    m_dsn8 = (c["dss_flags"][rows] & T.DSS_m) != 0
-    # MPTCP v1: the first data may ride on the third ACK's MP_CAPABLE (an implicit mapping
-    # at DSN = IDSN + 1, SSN = 1, RFC 8684 section 3.1)
-    cap = tbl.side_frame("mp_capable")
-    cap = cap[(cap["data_len"] > 0) & (cap["sender_key"] != 0)]
-    if len(cap):
-        pos = pd.Series(np.arange(len(rows)), index=rows)
-        hit = cap[cap["pkt"].isin(pos.index)]
-        at = pos[hit["pkt"]].to_numpy()
-        m_dsn[at] = [(key_token(int(k))[1] + 1) % (1 << 64) for k in hit["sender_key"]]
-        m_ssn[at] = 1
-        m_dsn8[at] = True
-        has_map[at] = True
-    # carry each flow's latest mapping forward to the packets that carry none
-    fl_ = d["flow"].to_numpy()
-    st = _starts(fl_)
-    idx = np.where(has_map, np.arange(len(d)), -1)
-    gi = np.cumsum(st) - 1
-    lift = gi * (len(d) + 1)
-    last = np.maximum.accumulate(idx + lift) - lift
-    ok = last >= 0
-    src = np.maximum(last, 0)
-    d["map_dsn"] = m_dsn[src]
-    d["map_ssn"] = m_ssn[src]
-    d["dsn8"] = m_dsn8[src]
-    d = d[ok & (d["payload"] > 0).to_numpy()]
-    if not len(d):
-        return pd.DataFrame({k: [] for k in cols})
-    # subflow sequence offset: SSN is relative to the subflow ISN (first data byte = 1)
-    syn = flows["syn_seen"].to_numpy()[d["flow"].to_numpy()]
-    firstmap = d.groupby("flow")[["seq", "map_ssn"]].transform("first")
-    k = np.where(syn, 1, (firstmap["map_ssn"] - firstmap["seq"]).to_numpy())
-    raw = (d["map_dsn"].astype(np.uint64).to_numpy()
-           + (d["seq"].to_numpy() + k - d["map_ssn"].to_numpy().astype(np.int64)).astype(np.uint64))
-    d["token"] = tok[d["flow"].to_numpy()]
-    d = d.assign(raw=raw).sort_values(["token", "row"], kind="stable")
-    # relative DSN: to the IDSN when the key is known, else to the first DSN seen
-    origin = {}
-    for f in flows.index[flows["mptcp_role"] == "initial"]:
-        key_col = "mptcp_key_fwd" if ddir[f] == 0 else "mptcp_key_rev"
-        key = flows.loc[f, key_col]
-        if pd.notna(key):
-            origin[flows.loc[f, "mptcp_token"]] = key_token(int(key))[1] + 1
-    tokens = d["token"].to_numpy()
-    rawv = d["raw"].to_numpy().astype(np.uint64)
-    first_raw = d.groupby("token")["raw"].transform("first").to_numpy().astype(np.uint64)
-    orig = np.array([origin.get(t, 0) for t in tokens], np.uint64)
-    orig = np.where(orig == 0, first_raw, orig)
-    short = ~d["dsn8"].to_numpy().astype(bool)
-    rel = (rawv - orig).astype(np.int64)
-    if short.any():  # 4-octet DSNs: unwrap within the connection
-        gid = pd.factorize(tokens)[0]
-        rel_short = unwrap32((rawv & np.uint64(0xFFFFFFFF)).astype(np.uint32),
-                             (orig & np.uint64(0xFFFFFFFF)).astype(np.uint32), gid)
-        rel = np.where(short, rel_short, rel)
-    gid = pd.factorize(tokens)[0]
-    payload = d["payload"].to_numpy()
-    ra = reorder_analysis(gid, rel, rel + payload)
-    return pd.DataFrame({"token": tokens, "flow": d["flow"].to_numpy(), "row": d["row"].to_numpy(),
-                         "ts": d["ts"].to_numpy(),
-                         "dsn": rel, "end": rel + payload, "reinjected": ra["retrans"],
-                         "reordered": ra["reordered"], "extent": ra["extent"]})
-
-
-def connection_table(dsn: pd.DataFrame, flows: pd.DataFrame) -> pd.DataFrame:
-    """One row per MPTCP connection: subflows, data bytes, data-level reordering."""
-    cols = ["token", "subflows", "data_bytes", "start", "end", "data_packets", "reinjections",
-            "dsn_reordered_packets", "dsn_reorder_ratio", "dsn_reorder_extent_max"]
-    if not len(dsn):
-        return pd.DataFrame({k: [] for k in cols})
-    g = dsn.groupby("token")
-    uniq = (~dsn["reinjected"]).groupby(dsn["token"]).sum()
-    sub = flows[flows["mptcp_token"] != ""].groupby("mptcp_token").size()
-    out = pd.DataFrame({
-        "subflows": sub.reindex(g.size().index).fillna(0).astype(int),
-        "data_bytes": g["end"].max() - g["dsn"].min(),
-        "start": g["ts"].min() / 1e9, "end": g["ts"].max() / 1e9,
-        "data_packets": uniq,
-        "reinjections": g["reinjected"].sum(),
-        "dsn_reordered_packets": g["reordered"].sum(),
-        "dsn_reorder_ratio": g["reordered"].sum() / uniq.clip(lower=1),
-        "dsn_reorder_extent_max": g["extent"].max()}).reset_index()
-    return out[cols]
-
-
-SERIES_COLUMNS = ["key", "t", "t_rel", "bin_s", "bytes", "rate_bps", "goodput_bps"]
-MAX_SERIES_BINS = 1_000_000  # bins of one series (key): 1000 s of 1 ms bins, 27 h of 0.1 s
-
-
-class SeriesLimitError(InputError):
-    """A time series would need more than `MAX_SERIES_BINS` bins."""
-
-
-def throughput_series(ts_ns: np.ndarray, nbytes: np.ndarray, keys: np.ndarray, bin_s: float,
-                      t0: float, good: np.ndarray | None = None, source: str = "",
-                      key_names: np.ndarray | None = None) -> pd.DataFrame:
-    """Throughput and goodput per key per time bin.
-
-    ts_ns: packet times; nbytes: payload bytes per packet; keys: series key per packet, or,
-    with key_names, an integer index into key_names per packet (faster: no per-packet
-    strings); bin_s: bin width (s); t0: time origin (s, epoch); good: bytes per packet that
-    count as goodput (default: all; pass 0 for retransmissions); source: the capture, for
-    messages.  Columns: key, t (bin start, epoch s), t_rel (s since t0), bin_s, bytes,
-    rate_bps, goodput_bps; rows sorted by key, then time.  Bins between a key's first and
-    last are present with 0, so one series holds at most `MAX_SERIES_BINS` bins: a longer one
-    raises `SeriesLimitError` (memory stays bounded whatever the capture's timestamps say).
-    """
-    if not (np.isfinite(bin_s) and bin_s > 0):
-        raise SeriesLimitError(f"time-series bin width {bin_s!r} s: expected a positive "
-                               "number of seconds")
-    if not len(ts_ns):
-        return pd.DataFrame({k: [] for k in SERIES_COLUMNS})
-    if key_names is None:
-        codes, names = pd.factorize(keys)
-    else:  # equal names are one series
-        merged, names = pd.factorize(np.asarray(key_names, object))
-        codes = merged[np.asarray(keys, np.int64)]
-    names = np.asarray(names, object)
-    by_name = np.argsort(names, kind="stable")
-    rank = np.empty(len(names), np.int64)
-    rank[by_name] = np.arange(len(names))
-    lim = float(1 << 62)
-    b = np.clip(np.floor((ts_ns / 1e9 - t0) / bin_s), -lim, lim).astype(np.int64)
-    r = rank[codes]
-    o = np.lexsort((b, r))
-    rs, bs = r[o], b[o]
-    first = np.flatnonzero(np.r_[True, (rs[1:] != rs[:-1]) | (bs[1:] != bs[:-1])])
-    nb = np.asarray(nbytes)
-    gbytes = np.add.reduceat(nb[o], first)
-    ggood = gbytes if good is None else np.add.reduceat(np.asarray(good)[o], first)
-    gk, gb = rs[first], bs[first]
-    kfirst = np.flatnonzero(np.r_[True, gk[1:] != gk[:-1]])
-    kmin = gb[kfirst]
-    kmax = gb[np.r_[kfirst[1:], len(gb)] - 1]
-    span = kmax - kmin + 1
-    if span.max() > MAX_SERIES_BINS:
-        k = int(np.argmax(span))
-        key, n = names[by_name[gk[kfirst[k]]]], int(span[k])
-        where = f"{source}: " if source else ""
-        raise SeriesLimitError(
-            f"{where}series {key!s} spans {n * bin_s:.6g} s, {n} bins of "
-            f"{bin_s:g} s (limit {MAX_SERIES_BINS} bins); choose a coarser bin width or "
-            "check the capture's timestamps")
-    off = np.r_[0, np.cumsum(span)[:-1]]
-    total = int(span.sum())
-    kidx = np.repeat(np.arange(len(kfirst)), span)
-    bins = kmin[kidx] + (np.arange(total) - off[kidx])
-    gkey = np.cumsum(np.r_[True, gk[1:] != gk[:-1]]) - 1  # key index of each group
-    at = off[gkey] + (gb - kmin[gkey])
-    full_bytes = np.zeros(total, gbytes.dtype)
-    full_bytes[at] = gbytes
-    full_good = np.zeros(total, ggood.dtype)
-    full_good[at] = ggood
-    out = pd.DataFrame({"key": names[by_name[gk[kfirst]]][kidx], "bin": bins,
-                        "bytes": full_bytes, "good": full_good})
-    out["t_rel"] = out["bin"] * bin_s
-    out["t"] = t0 + out["t_rel"]
-    out["bin_s"] = float(bin_s)
-    out["rate_bps"] = out["bytes"] * 8 / bin_s
-    out["goodput_bps"] = out["good"] * 8 / bin_s
-    return out[SERIES_COLUMNS]

@@ -7,7 +7,7 @@ the share is over those segments that the receiver's capture shows.  This needs 
 captures of a flow, the sender's and the receiver's, and it is the figure P1 (and
 issue 16's fidelity check) mean by "packets delivered out of order".
 
-It is kept beside the RFC 4737 metric (`analysis.metrics.reorder_analysis`:
+It is kept beside the RFC 4737 metric (`analysis.sequence.reorder_analysis`:
 ``reordered_packets``, ``reorder_ratio``), which reads the receiver's capture alone and
 must tell retransmissions from reordering by TCP timestamps; on links of a few
 microseconds a fast retransmission carries the same millisecond timestamp as the

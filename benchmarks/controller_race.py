@@ -2,9 +2,10 @@
 
 Starts the real controller (``python -m controllers APP``, through
 `controllers.launcher.ControllerProcess`) --reps times, each with 20 fake OpenFlow 1.3
-switches (threads on loopback: hello, features, port list, barrier, echo) connecting at
-the same moment, and prints one row per start and a total: how many switches were
-programmed, in how long, and the exception names the controller logged.
+switches (`controllers.testing.FakeSwitch`, threads on loopback: hello, features, port
+list, barrier, echo) connecting at the same moment, and prints one row per start and a
+total: how many switches were programmed, in how long, and the exception names the
+controller logged.
 
 ``--switch-interval S`` sets Python's thread switch interval in the controller (default
 5 ms): a tiny value (1e-6) lets the CPU pass between threads far more often, as the slow
@@ -19,11 +20,8 @@ from __future__ import annotations
 
 import argparse
 import re
-import socket
-import struct
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -34,14 +32,10 @@ sys.path.insert(0, str(REPO))
 from controllers import launcher  # noqa: E402
 from controllers.launcher import ControllerProcess, parse_status, readiness  # noqa: E402
 from controllers.paths import compute_routes  # noqa: E402
+from controllers.testing import FakeSwitch, free_port  # noqa: E402
 from testbed.core.commands import CommandRunner  # noqa: E402
 from testbed.core.errors import RunError  # noqa: E402
 from topologies.fattree import fattree_layout  # noqa: E402
-
-HEADER = struct.Struct("!BBHI")
-HELLO, ECHO_REQ, ECHO_REP, FEATURES_REQ, FEATURES_REP = 0, 2, 3, 5, 6
-MP_REQ, MP_REP, BARRIER_REQ, BARRIER_REP = 18, 19, 20, 21
-PORT_DESC = 13
 
 # runs ``python -m controllers ARGS`` with the thread switch interval given first
 WITH_INTERVAL = """
@@ -52,63 +46,6 @@ runpy.run_module("controllers", run_name="__main__", alter_sys=True)
 """
 
 
-class FakeSwitch(threading.Thread):
-    """An OpenFlow 1.3 switch that answers what the fabric apps ask (port: controller's
-    port; dpid: its DPID; ports: the port numbers it reports)."""
-
-    def __init__(self, port: int, dpid: int, ports: list[int]):
-        super().__init__(daemon=True)
-        self.port, self.dpid, self.ports = port, dpid, ports
-        self.sock: socket.socket | None = None
-
-    def send(self, type_: int, xid: int, body: bytes = b"") -> None:
-        assert self.sock is not None
-        self.sock.sendall(HEADER.pack(4, type_, 8 + len(body), xid) + body)
-
-    def recv_exact(self, n: int) -> bytes:
-        assert self.sock is not None
-        buf = b""
-        while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError
-            buf += chunk
-        return buf
-
-    def reply(self, type_: int, xid: int, body: bytes) -> None:
-        if type_ == FEATURES_REQ:
-            self.send(FEATURES_REP, xid, struct.pack("!QIBB2xII", self.dpid, 0, 254, 0, 0, 0))
-        elif type_ == MP_REQ and struct.unpack_from("!H", body)[0] == PORT_DESC:
-            ports = b"".join(struct.pack("!I4x6s2x16sIIIIIIII", n, b"\0" * 6, f"p{n}".encode(),
-                                         0, 0, 0, 0, 0, 0, 0, 0) for n in self.ports)
-            self.send(MP_REP, xid, struct.pack("!HH4x", PORT_DESC, 0) + ports)
-        elif type_ == BARRIER_REQ:
-            self.send(BARRIER_REP, xid)
-        elif type_ == ECHO_REQ:
-            self.send(ECHO_REP, xid, body)
-
-    def run(self) -> None:
-        try:
-            self.sock = socket.create_connection(("127.0.0.1", self.port), timeout=300)
-            self.send(HELLO, 1)
-            while True:
-                _v, type_, length, xid = HEADER.unpack(self.recv_exact(8))
-                self.reply(type_, xid, self.recv_exact(length - 8))
-        except (ConnectionError, OSError):
-            return
-
-    def close(self) -> None:
-        if self.sock is not None:
-            self.sock.close()
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def one_start(app: str, timeout: float, workdir: Path) -> dict[str, Any]:
     """Start the controller, connect all switches at once; what happened (one table row)."""
     layout = fattree_layout(4)
@@ -117,7 +54,7 @@ def one_start(app: str, timeout: float, workdir: Path) -> dict[str, Any]:
     ctl = ControllerProcess(app, layout, port=port, log=workdir / "controller.log",
                             runner=CommandRunner(), start_timeout=60, stall_s=3600,
                             max_restarts=0, inactivity_probe_ms=None)
-    switches = [FakeSwitch(port, sw.dpid, sorted(adj.ports[sw.name]))
+    switches = [FakeSwitch(port, sw.dpid, sorted(adj.ports[sw.name]), timeout=300)
                 for sw in layout.switches]
     dpids = [sw.dpid for sw in layout.switches]
     t0 = time.time()

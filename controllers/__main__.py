@@ -14,22 +14,28 @@ import logging
 import os
 import signal
 import sys
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
-from controllers import APPS, app_module, canonical_app, layout_for
+from controllers import layout_for
 from controllers.hubfix import use_own_task_exit
+from controllers.registry import REGISTRY, ControllerRegistry, app_module, canonical_app
 from testbed.core.errors import InputError
 
 LISTEN_HOST = "127.0.0.1"
 DEFAULT_PORT = 6653
 
 
-def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    """Parse the launcher's command line."""
+def build_parser(registry: ControllerRegistry = REGISTRY) -> argparse.ArgumentParser:
+    """The launcher's command line; the apps and their help come from registry."""
+    apps = "\n".join(textwrap.fill(a.description, 79, initial_indent=f"  {a.name:<12} ",
+                                    subsequent_indent=" " * 15) for a in registry)
     ap = argparse.ArgumentParser(prog="python -m controllers",
-                                 description="Run a fabric SDN app (os-ken, OpenFlow 1.3).")
-    ap.add_argument("app", help=f"one of: {', '.join(APPS)}")
+                                 description="Run a fabric SDN app (os-ken, OpenFlow 1.3).",
+                                 epilog=f"apps:\n{apps}",
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("app", help=f"one of: {', '.join(registry.names())}")
     ap.add_argument("--port", type=int, default=DEFAULT_PORT,
                     help="OpenFlow TCP port on 127.0.0.1 (default 6653)")
     src = ap.add_mutually_exclusive_group()
@@ -39,7 +45,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     ap.add_argument("--status", type=Path, default=None,
                     help="append JSON-lines status (ready/error per switch) to this file")
     ap.add_argument("--verbose", action="store_true", help="debug logging")
-    return ap.parse_args(list(argv))
+    return ap
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """Parse the launcher's command line."""
+    return build_parser().parse_args(list(argv))
 
 
 def load_layout(args: argparse.Namespace):

@@ -28,8 +28,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from controllers import canonical_app, layout_for
+from controllers import layout_for
 from controllers.paths import Routes, compute_routes
+from controllers.registry import canonical_app
 from controllers.rules import nft_table_name, spray_nft_script
 from testbed.core.commands import CommandRunner
 from testbed.core.errors import RunError, UnsupportedError
@@ -126,7 +127,7 @@ def readiness(events: Sequence[dict], dpids: Sequence[int]) -> tuple[dict[int, f
 class ControllerProcess:
     """A fabric controller app run as a child process, with the `Network` controller hook.
 
-    app: ``single_path`` | ``ecmp`` | ``spray`` (aliases such as ``single-path`` work);
+    app: a name of `controllers.registry` (or an alias, such as ``single-path``);
     topo_desc: a `FabricLayout`, a `FatTreeTopo`, ``"fattree,4"`` or a layout dict;
     port: OpenFlow TCP port on 127.0.0.1; log: the controller's log file (default: a new
     temporary directory); runner: the `CommandRunner` used for every command;

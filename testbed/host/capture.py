@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from testbed.core.capture_counts import shortfall
 from testbed.core.commands import CommandRunner, in_parallel
 from testbed.core.errors import InputError, RunError
 from testbed.core.process import Process
@@ -78,23 +79,6 @@ def parse_tcpdump_stats(text: str) -> dict[str, int | None]:
     for n, what in _STAT.findall(text):
         out[names[what]] = int(n)
     return out
-
-
-def shortfall(counts: dict[str, int | None], loopback: bool = False
-              ) -> tuple[int, int] | None:
-    """(dropped by the kernel, handed over but not written) from tcpdump's counts
-    (captured / received / dropped); None when they are unknown (pure).
-
-    ``received`` includes the packets the kernel dropped.  On loopback the kernel counts
-    every packet twice (as sent and as received) and libpcap keeps one copy."""
-    captured, received = counts.get("captured"), counts.get("received")
-    if captured is None or received is None:
-        return None
-    dropped = int(counts.get("dropped") or 0)
-    handed = int(received) - dropped
-    if loopback:
-        handed, dropped = handed // 2, dropped // 2
-    return dropped, max(0, handed - int(captured))
 
 
 def pcap_name(node: str, intf: str) -> str:

@@ -138,9 +138,9 @@ def _dry_run_controller(runner: CommandRunner, plan: NetworkPlan, run_dir: Path)
         return
     import sys
 
-    from controllers import canonical_app
     from controllers.launcher import controller_argv
     from controllers.paths import compute_routes
+    from controllers.registry import canonical_app
     from controllers.rules import spray_nft_script
 
     app = canonical_app(kind)

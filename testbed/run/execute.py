@@ -62,8 +62,8 @@ def make_controller(exp: Experiment, topo: Topo, bundle: Bundle,
     kind = exp.controller_kind()
     if kind == "none":
         return None
-    from controllers import canonical_app
     from controllers.launcher import ControllerProcess
+    from controllers.registry import canonical_app
 
     return ControllerProcess(canonical_app(kind), topo, CONTROLLER_PORT,
                              bundle.logs_dir / "controller.log", runner=runner)

@@ -161,7 +161,7 @@ def write_study_report(study: Path, out: Path) -> Path:
     """Each spec's report plus the study's paper-vs-ours report; returns its path.
     Runs whose analysis was deferred are analysed first."""
     from analysis.report import write_report
-    from analysis.studies import write_study_report as write_comparison
+    from analysis.study_report import write_study_report as write_comparison
 
     if not out.is_dir():
         raise InputError(f"{out}: no study results here; run `testbed study {study}` first")

@@ -19,6 +19,7 @@ from typing import Annotated, Any
 from pydantic import Field, model_validator
 
 from testbed.core.errors import SpecError
+from testbed.spec.controller_kinds import FABRIC_KINDS, NO_CONTROLLER, quoted_choices
 from testbed.spec.model import (
     BulkWorkload,
     Capture,
@@ -125,12 +126,12 @@ def _check_repetition(exp: Experiment) -> None:
 def _check_controller(exp: Experiment) -> None:
     topo = exp.topology
     kind = exp.controller.kind
-    if kind not in (None, "none") and not isinstance(topo, FatTreeTopology):
+    if kind not in (None, NO_CONTROLLER) and not isinstance(topo, FatTreeTopology):
         raise SpecError(f"controller.kind: '{kind}' needs topology.kind = 'fattree'; "
-                        f"use 'none' (or leave [controller] out) for {topo.kind!r}")
-    if kind == "none" and isinstance(topo, FatTreeTopology):
+                        f"use '{NO_CONTROLLER}' (or leave [controller] out) for {topo.kind!r}")
+    if kind == NO_CONTROLLER and isinstance(topo, FatTreeTopology):
         raise SpecError("controller.kind: a fat-tree needs a controller; use "
-                        "'single-path', 'ecmp' or 'spray'")
+                        f"{quoted_choices(FABRIC_KINDS)}")
 
 
 def _check_event(exp: Experiment, i: int, ev: ScheduleEvent, links: list[str] | None) -> None:

@@ -23,6 +23,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from testbed.core.errors import InputError
+from testbed.spec.controller_kinds import CONTROLLER_KINDS
 from testbed.spec.linkshape import DEFAULT_QUEUE_PKTS, LinkShape
 from testbed.spec.quantities import (
     Duration,
@@ -231,9 +232,10 @@ class ScheduleEvent(SpecModel):
 
 
 class Controller(SpecModel):
-    """The SDN controller (fat-tree only): single-path | ecmp | spray; none elsewhere."""
+    """The SDN controller (fat-tree only): one of `FABRIC_KINDS`; `NO_CONTROLLER` elsewhere
+    (the kinds: `testbed.spec.controller_kinds`, the apps: `controllers.registry`)."""
 
-    kind: Literal["none", "single-path", "ecmp", "spray"] | None = None
+    kind: Literal[CONTROLLER_KINDS] | None = None  # type: ignore[valid-type]
 
 
 class Transport(SpecModel):

@@ -6,9 +6,9 @@ folders> --variant quick``): natively where `testbed doctor` allows, otherwise t
 happen in one boot of `testbed vm` and the reports are written on this machine afterwards
 (plotting under software emulation took minutes per study).  Each test then checks its
 study: every run completed, the reports exist, and the study's claims
-(`analysis.studies`) hold.  A claim listed in `DOCUMENTED` is one our testbed does not
-show; the test then only records the measured values, and the study README must discuss
-it (checked here too).  Results, reports and the measured values of every claim stay in
+(``experiments/<study>/study.py``) hold.  A claim listed in `DOCUMENTED` is one our testbed
+does not show; the test then only records the measured values, and the study README must
+discuss it (checked here too).  Results, reports and the measured values of every claim stay in
 ``results/ci-reproduction/`` for the closing notes.
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.studies import evaluate
+from analysis.study_report import evaluate
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORD = ROOT / "results" / "ci-reproduction"

@@ -20,10 +20,10 @@ from os_ken.base.app_manager import AppManager
 from os_ken.controller import ofp_event
 from os_ken.ofproto import ofproto_v1_3, ofproto_v1_3_parser
 
-from controllers import APPS
 from controllers.base import FabricContext, missing_ports
 from controllers.ecmp import EcmpApp
 from controllers.paths import compute_routes
+from controllers.registry import APPS
 from controllers.rules import POLICIES, spray_nft_script
 from controllers.single_path import SinglePathApp
 from controllers.spray import SprayApp

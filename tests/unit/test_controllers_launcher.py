@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import socket
-import struct
 import subprocess
 import sys
 import threading
@@ -15,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from controllers import UnknownAppError, app_module, canonical_app, launcher, layout_for
+from controllers import launcher, layout_for
 from controllers.launcher import (
     ControllerProcess,
     controller_argv,
@@ -26,7 +25,17 @@ from controllers.launcher import (
     readiness,
 )
 from controllers.paths import compute_routes
+from controllers.registry import UnknownAppError, app_module, canonical_app
 from controllers.stats import chi2_sf, chi_square_uniform
+from controllers.testing import (
+    BARRIER_REQ,
+    FLOW_MOD,
+    GROUP_MOD,
+    HELLO,
+    OFP_HEADER,
+    FakeSwitch,
+    free_port,
+)
 from testbed.core.commands import CommandRunner
 from testbed.core.errors import InputError, RunError
 from topologies.fattree import FatTreeTopo, TopologyError, fattree_layout
@@ -116,75 +125,6 @@ def test_chi_square() -> None:
     assert chi_square_uniform([900, 100])[1] < 1e-100
     with pytest.raises(ValueError):
         chi_square_uniform([5])
-
-
-# -- a fake OpenFlow 1.3 switch ----------------------------------------------------------
-
-OFP_HEADER = struct.Struct("!BBHI")
-HELLO, ECHO_REQ, ECHO_REP, FEATURES_REQ, FEATURES_REP = 0, 2, 3, 5, 6
-FLOW_MOD, GROUP_MOD, MP_REQ, MP_REP, BARRIER_REQ, BARRIER_REP = 14, 15, 18, 19, 20, 21
-
-
-class FakeSwitch(threading.Thread):
-    """Connects to the controller, answers the handshake, counts rules, acks barriers."""
-
-    def __init__(self, port: int, dpid: int, ports: list[int]):
-        super().__init__(daemon=True)
-        self.port, self.dpid, self.ports = port, dpid, ports
-        self.counts = {FLOW_MOD: 0, GROUP_MOD: 0, BARRIER_REQ: 0}
-        self.sock: socket.socket | None = None
-
-    def send(self, type_: int, xid: int, body: bytes = b"") -> None:
-        assert self.sock is not None
-        self.sock.sendall(OFP_HEADER.pack(4, type_, 8 + len(body), xid) + body)
-
-    def recv_exact(self, n: int) -> bytes:
-        assert self.sock is not None
-        buf = b""
-        while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError
-            buf += chunk
-        return buf
-
-    def run(self) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", self.port), timeout=30)
-        self.serve()
-
-    def serve(self) -> None:
-        """Say hello on the connected socket, then answer until the connection ends."""
-        self.send(HELLO, 1)
-        try:
-            while True:
-                _v, type_, length, xid = OFP_HEADER.unpack(self.recv_exact(8))
-                body = self.recv_exact(length - 8)
-                if type_ in self.counts:
-                    self.counts[type_] += 1
-                if type_ == FEATURES_REQ:
-                    self.send(FEATURES_REP, xid, struct.pack("!QIBB2xII", self.dpid, 0, 254,
-                                                             0, 0, 0))
-                elif type_ == MP_REQ and struct.unpack_from("!H", body)[0] == 13:  # port desc
-                    ports = b"".join(struct.pack("!I4x6s2x16sIIIIIIII", n, b"\0" * 6,
-                                                 f"p{n}".encode(), 0, 0, 0, 0, 0, 0, 0, 0)
-                                     for n in self.ports)
-                    self.send(MP_REP, xid, struct.pack("!HH4x", 13, 0) + ports)
-                elif type_ == BARRIER_REQ:
-                    self.send(BARRIER_REP, xid)
-                elif type_ == ECHO_REQ:
-                    self.send(ECHO_REP, xid, body)
-        except (ConnectionError, OSError):
-            return
-
-    def close(self) -> None:
-        if self.sock is not None:
-            self.sock.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_controller_process_programs_switches_over_loopback(tmp_path: Path) -> None:

@@ -6,7 +6,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.studies import DELIVERED, SENT, capacity_steps, evaluate, ideal_rate, window_rate
+from analysis.study_report import evaluate
+from analysis.study_tables import DELIVERED, SENT, window_rate
+from experiments.p3_handover.study import capacity_steps, ideal_rate
 from testbed.core.compat import tomllib
 from testbed.core.errors import InputError
 from testbed.run.study import study_specs
@@ -142,7 +144,8 @@ def test_window_rate_delivered_falls_back_per_run(tmp_path):
 
 
 def test_p3_utilisation_reads_what_the_receiver_acknowledged(tmp_path):
-    from analysis.studies import StudyResult, p3
+    from analysis.claims import StudyResult
+    from experiments.p3_handover.study import evaluate as p3
     spec = (ROOT / "experiments/p3_handover/quick/case1_wlan_to_imt.toml").read_text()
     # the window is 3-8 s; the link is down 3-3.5 s, then 384 kbit/s: ideal 345.6 kbit/s
     rows = [("flow", float(t), 384e3) for t in range(3, 8)]
@@ -158,7 +161,9 @@ def test_p3_utilisation_reads_what_the_receiver_acknowledged(tmp_path):
 
 
 def test_p3_ideal_counts_the_link_as_the_schedule_applied_it(tmp_path):
-    from analysis.studies import StudyResult, applied_steps, p3
+    from analysis.claims import StudyResult
+    from experiments.p3_handover.study import applied_steps
+    from experiments.p3_handover.study import evaluate as p3
     spec = (ROOT / "experiments/p3_handover/quick/case1_wlan_to_imt.toml").read_text()
     # the link went down 30 ms late and came back 20 ms late
     ev = pd.DataFrame({"t_rel": [3.5200, 3.030], "link": ["access"] * 2, "error": [None] * 2,

@@ -10,7 +10,7 @@ import pytest
 from craft import CLIENT, CLIENT2, SERVER, T0, handshake_and_data, mptcp_connection, seg, write
 from typer.testing import CliRunner
 
-from analysis import bundle, report
+from analysis import bundle, report, report_sections
 from analysis.capture import CaptureAnalysis
 from testbed.cli.app import app
 from testbed.core.errors import CaptureFormatError
@@ -131,7 +131,7 @@ def test_run_report_has_figures_tables_spec_and_warnings(tmp_path):
 
 
 def test_capture_losses_name_dropped_and_unwritten_packets():
-    got = report.capture_losses({
+    got = report_sections.capture_losses({
         "server-server-eth0.pcap": {"captured": 5831, "received": 9963, "dropped": 0},
         "client-client-eth0.pcap": {"captured": 5146, "received": 5146, "dropped": 0},
         "s1-s1-eth1.pcap": {"captured": 900, "received": 1000, "dropped": 100},
@@ -176,7 +176,7 @@ def test_sweep_report_and_paper_values(tmp_path):
     page = report.write_report(d).read_text()
     assert page.count("<svg") == 2  # throughput vs each of the two swept parameters
     assert "Comparison with the paper" in page and "differs" in page
-    xs = sorted(["10Mbit", "2Mbit", "4Mbit"], key=report._order_key)
+    xs = sorted(["10Mbit", "2Mbit", "4Mbit"], key=report_sections._order_key)
     assert xs == ["2Mbit", "4Mbit", "10Mbit"]
 
 
@@ -280,7 +280,7 @@ def test_sweep_parameters_leave_out_phase_times_and_name_json_values():
                       "transport.cc": ["reno", "cubic"], "throughput_bps_mean": [1e6, 2e6],
                       "workload.0": ['{"kind": "bulk", "name": "tcp-wifi"}',
                                      '{"kind": "bulk", "name": "mptcp-cubic"}']})
-    assert report.swept_params(s) == ["transport.cc", "workload.0"]
+    assert report_sections.swept_params(s) == ["transport.cc", "workload.0"]
     assert plots.value_label(s["workload.0"][0]) == "tcp-wifi"
     assert plots.value_label('[{"name": "file"}, {"name": "video"}]') == "file+video"
     assert plots.value_label('[{"kind": "bulk"}]') == '[{"kind": "bulk"}]'  # no names

@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from analysis.bundle import build_tables
 from analysis.capture import CaptureAnalysis
-from analysis.pcap import MAX_BLOCK_BYTES, read_packets
+from analysis.pcap import read_packets
+from analysis.pcap_records import MAX_BLOCK_BYTES
 from analysis.samples import empty_appflows
 from testbed.core.errors import CaptureFormatError, InputError
 
@@ -264,18 +265,19 @@ def test_mutated_captures_through_the_whole_analysis(fuzz_file, case):
 
 
 def test_time_series_bins_are_bounded(tmp_path):
-    from analysis import metrics as M
+    from analysis import series
 
     # two packets three years apart, 1 ms bins: refused with the limit, not 9e10 rows
     ts = np.array([1_600_000_000 * 10**9, (1_600_000_000 + 3 * 365 * 86400) * 10**9])
-    with pytest.raises(M.SeriesLimitError, match=rf"c\.pcap: series k spans .* \(limit "
-                       rf"{M.MAX_SERIES_BINS} bins\)"):
-        M.throughput_series(ts, np.array([1, 1]), np.array(["k", "k"], object), 0.001,
-                            1.6e9, source="c.pcap")
-    ok = M.throughput_series(ts, np.array([1, 1]), np.array(["a", "b"], object), 0.001, 1.6e9)
+    with pytest.raises(series.SeriesLimitError, match=rf"c\.pcap: series k spans .* \(limit "
+                       rf"{series.MAX_SERIES_BINS} bins\)"):
+        series.throughput_series(ts, np.array([1, 1]), np.array(["k", "k"], object), 0.001,
+                                 1.6e9, source="c.pcap")
+    ok = series.throughput_series(ts, np.array([1, 1]), np.array(["a", "b"], object), 0.001,
+                                  1.6e9)
     assert len(ok) == 2
-    with pytest.raises(M.SeriesLimitError, match="bin width"):
-        M.throughput_series(ts, np.array([1, 1]), np.array(["k", "k"], object), 0.0, 1.6e9)
+    with pytest.raises(series.SeriesLimitError, match="bin width"):
+        series.throughput_series(ts, np.array([1, 1]), np.array(["k", "k"], object), 0.0, 1.6e9)
 
 
 def test_progress_reports_bytes_read_of_total(tmp_path):

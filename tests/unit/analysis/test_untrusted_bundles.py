@@ -11,7 +11,11 @@ import pytest
 from test_bundle_report import _run_dir, _sweep
 from typer.testing import CliRunner
 
-from analysis import report, studies
+from analysis import report, study_report
+from analysis.bundle import analyze_bundle
+from analysis.claims import StudyResult
+from analysis.report_context import figure_file_name
+from analysis.study_tables import run_table
 from testbed.cli.app import app
 from testbed.core import safefiles
 from testbed.core.errors import InputError
@@ -85,7 +89,7 @@ def test_report_skips_linked_spec_and_metrics_with_a_warning(tmp_path):
     run = _run_dir(tmp_path)
     (run / "spec.toml").unlink()
     (run / "spec.toml").symlink_to(secret)
-    report.analyze_bundle(run)
+    analyze_bundle(run)
     (run / "metrics" / "cwnd.parquet").unlink()
     (run / "metrics" / "cwnd.parquet").symlink_to(run / "metrics" / "flows.parquet")
     warnings: list[str] = []
@@ -121,7 +125,7 @@ def test_linked_capture_and_samples_are_skipped(tmp_path):
     (run / "pcap" / "x-x-eth0.pcap").symlink_to("/dev/zero")
     (run / "samples" / "ping.jsonl").symlink_to(tmp_path / "nothing.jsonl")
     warnings: list[str] = []
-    head = report.analyze_bundle(run, warnings=warnings)
+    head = analyze_bundle(run, warnings=warnings)
     assert head["captures"] == 1
     assert any("x-x-eth0.pcap: a symbolic link" in w for w in warnings)
     assert any("ping.jsonl: a symbolic link" in w for w in warnings)
@@ -156,8 +160,8 @@ def test_figure_names_from_keys_stay_in_the_figures_folder(tmp_path):
     assert not list(tmp_path.glob("escaped*")) and not list(d.glob("escaped*"))
     names = [p.name for p in (d / "figures").iterdir()]
     assert names and all("/" not in n and not n.startswith(".") for n in names)
-    assert report.figure_file_name("../../x") == "x"
-    assert report.figure_file_name("a.b/c") == "a_b_c"
+    assert figure_file_name("../../x") == "x"
+    assert figure_file_name("a.b/c") == "a_b_c"
 
 
 # -- parameters cannot replace identity columns ----------------------------------------
@@ -238,15 +242,15 @@ def test_study_report_links_only_relative_files_inside(tmp_path):
     for name in ("javascript:alert(1)", "case a", "ok"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "report.html").write_text("x")
-    res = studies.StudyResult(study="P9", title="t")
-    page = studies.render(res, {}, tmp_path)
+    res = StudyResult(study="P9", title="t")
+    page = study_report.render(res, {}, tmp_path)
     assert 'href="javascript' not in page
     assert 'href="./ok/report.html"' in page and 'href="./case%20a/report.html"' in page
-    assert report.safe_href("https://example.org/x") == "https://example.org/x"
+    assert safefiles.safe_href("https://example.org/x") == "https://example.org/x"
     for bad in ("javascript:alert(1)", "JaVaScRiPt:x", "data:text/html,x", "//evil.org/x",
                 "../outside.html", "/etc/passwd", "file:///etc/passwd"):
-        assert report.safe_href(bad) is None, bad
-    assert json.dumps(report.safe_href("a b/report.html")) == '"./a%20b/report.html"'
+        assert safefiles.safe_href(bad) is None, bad
+    assert json.dumps(safefiles.safe_href("a b/report.html")) == '"./a%20b/report.html"'
 
 
 def test_deferred_analysis_never_writes_through_linked_folders(tmp_path):
@@ -278,8 +282,8 @@ def test_study_tables_skip_linked_metadata_and_metrics(tmp_path):
     (good.root / "metrics" / "ping.parquet").unlink()
     (good.root / "metrics" / "ping.parquet").symlink_to(tmp_path / "elsewhere/r2/metrics/"
                                                         "ping.parquet")
-    assert list(studies.run_table(tmp_path, "flows")["bytes"]) == [1]
-    assert studies.run_table(tmp_path, "ping").empty
+    assert list(run_table(tmp_path, "flows")["bytes"]) == [1]
+    assert run_table(tmp_path, "ping").empty
 
 
 def test_linked_bundle_folders_are_not_bundles(tmp_path):

@@ -1,0 +1,82 @@
+"""What a study's evaluation returns: the paper's numbers next to ours, and its claims.
+
+A study (``experiments/<study>/study.py``, found by `analysis.study_registry`) fills a
+`StudyResult` with `Comparison` rows (the paper's number next to ours) and `Claim` s (the
+paper's qualitative finding, whether our runs show it, and the measured values behind the
+verdict).  A claim is never bent: when our runs do not show it, the verdict says so and
+the values are reported.  `load_paper` reads a study folder's ``paper.toml`` (schema:
+experiments/README.md).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from testbed.core.compat import tomllib
+from testbed.core.errors import InputError
+
+
+@dataclass
+class Comparison:
+    """One number of the paper next to ours. unit: of both values; note: how ours is made."""
+
+    figure: str
+    quantity: str
+    paper: float | None
+    ours: float | None
+    unit: str
+    note: str = ""
+
+
+@dataclass
+class Claim:
+    """A qualitative claim; holds is None when our runs cannot decide it (missing data)."""
+
+    figure: str
+    text: str
+    holds: bool | None
+    measured: dict[str, float] = field(default_factory=dict)
+    note: str = ""
+
+
+@dataclass
+class StudyResult:
+    """Everything the study report shows."""
+
+    study: str
+    title: str
+    comparisons: list[Comparison] = field(default_factory=list)
+    claims: list[Claim] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+
+def load_paper(study: Path) -> dict[str, Any]:
+    """The study's paper.toml.
+
+    study: the study folder; raises `InputError` when the file is absent or not TOML.
+    """
+    f = study / "paper.toml"
+    if not f.exists():
+        raise InputError(f"{study}: no paper.toml (the paper's numbers)")
+    try:
+        return tomllib.loads(f.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{f}: {exc}") from None
+
+
+def paper_id(paper: dict[str, Any]) -> str:
+    """The study id a paper.toml gives (``[paper] id``, upper case; "" when absent)."""
+    return str((paper.get("paper") or {}).get("id", "")).upper()
+
+
+def paper_figure(paper: dict[str, Any], key: str) -> dict[str, Any]:
+    """The ``[figures.<key>]`` table of a paper.toml ({} when absent)."""
+    return (paper.get("figures") or {}).get(key, {})
+
+
+def measured(values: dict[str, float | None]) -> dict[str, float]:
+    """A claim's measured values: rounded to 4 places, unknown ones (None, NaN) left out."""
+    return {k: round(v, 4) for k, v in values.items() if v is not None and not math.isnan(v)}

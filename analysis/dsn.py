@@ -1,0 +1,122 @@
+"""MPTCP's data level in one capture: data sequence numbers across a connection's subflows.
+
+Each data segment's DSN is its DSS mapping's DSN plus its offset in the mapping (a mapping
+carries forward to the packets that carry none; MPTCP v1's first data may ride on the third
+ACK's MP_CAPABLE), relative to the connection's IDSN when its key was captured, else to the
+first DSN seen.  A DSN seen before is a reinjection or retransmission; reordering is
+classified as on subflows (`analysis.sequence.reorder_analysis`).  `connection_table` sums
+it up per connection.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis import table as T
+from analysis.flows import Flows, key_token
+from analysis.sequence import group_starts, reorder_analysis, unwrap32
+
+
+def dsn_analysis(tbl: T.PacketTable, fl: Flows, seg: pd.DataFrame, ddir: np.ndarray
+                 ) -> pd.DataFrame:
+    """MPTCP data-level analysis of the data segments of every connection in this capture.
+
+    Returns one row per data segment that can be mapped: token, flow, row, ts, dsn (relative to the
+    connection's IDSN when its key was captured), end, reinjected, reordered, extent.
+    """
+    c = tbl.cols
+    flows = fl.flows
+    tok = flows["mptcp_token"].to_numpy()
+    fdir = ddir[seg["flow"].to_numpy()]
+    d = seg[(seg["dir"].to_numpy() == fdir) & (tok[seg["flow"].to_numpy()] != "")].copy()
+    cols = ["token", "flow", "row", "ts", "dsn", "end", "reinjected", "reordered", "extent"]
+    if not len(d):
+        return pd.DataFrame({k: [] for k in cols})
+    rows = d["row"].to_numpy()
+    has_map = (c["dss_flags"][rows] & T.DSS_M) != 0
+    m_dsn = c["dsn"][rows].copy()
+    m_ssn = c["ssn"][rows].astype(np.int64)
+    m_dsn8 = (c["dss_flags"][rows] & T.DSS_m) != 0
+    # MPTCP v1: the first data may ride on the third ACK's MP_CAPABLE (an implicit mapping
+    # at DSN = IDSN + 1, SSN = 1, RFC 8684 section 3.1)
+    cap = tbl.side_frame("mp_capable")
+    cap = cap[(cap["data_len"] > 0) & (cap["sender_key"] != 0)]
+    if len(cap):
+        pos = pd.Series(np.arange(len(rows)), index=rows)
+        hit = cap[cap["pkt"].isin(pos.index)]
+        at = pos[hit["pkt"]].to_numpy()
+        m_dsn[at] = [(key_token(int(k))[1] + 1) % (1 << 64) for k in hit["sender_key"]]
+        m_ssn[at] = 1
+        m_dsn8[at] = True
+        has_map[at] = True
+    # carry each flow's latest mapping forward to the packets that carry none
+    fl_ = d["flow"].to_numpy()
+    st = group_starts(fl_)
+    idx = np.where(has_map, np.arange(len(d)), -1)
+    gi = np.cumsum(st) - 1
+    lift = gi * (len(d) + 1)
+    last = np.maximum.accumulate(idx + lift) - lift
+    ok = last >= 0
+    src = np.maximum(last, 0)
+    d["map_dsn"] = m_dsn[src]
+    d["map_ssn"] = m_ssn[src]
+    d["dsn8"] = m_dsn8[src]
+    d = d[ok & (d["payload"] > 0).to_numpy()]
+    if not len(d):
+        return pd.DataFrame({k: [] for k in cols})
+    # subflow sequence offset: SSN is relative to the subflow ISN (first data byte = 1)
+    syn = flows["syn_seen"].to_numpy()[d["flow"].to_numpy()]
+    firstmap = d.groupby("flow")[["seq", "map_ssn"]].transform("first")
+    k = np.where(syn, 1, (firstmap["map_ssn"] - firstmap["seq"]).to_numpy())
+    raw = (d["map_dsn"].astype(np.uint64).to_numpy()
+           + (d["seq"].to_numpy() + k - d["map_ssn"].to_numpy().astype(np.int64)).astype(np.uint64))
+    d["token"] = tok[d["flow"].to_numpy()]
+    d = d.assign(raw=raw).sort_values(["token", "row"], kind="stable")
+    # relative DSN: to the IDSN when the key is known, else to the first DSN seen
+    origin = {}
+    for f in flows.index[flows["mptcp_role"] == "initial"]:
+        key_col = "mptcp_key_fwd" if ddir[f] == 0 else "mptcp_key_rev"
+        key = flows.loc[f, key_col]
+        if pd.notna(key):
+            origin[flows.loc[f, "mptcp_token"]] = key_token(int(key))[1] + 1
+    tokens = d["token"].to_numpy()
+    rawv = d["raw"].to_numpy().astype(np.uint64)
+    first_raw = d.groupby("token")["raw"].transform("first").to_numpy().astype(np.uint64)
+    orig = np.array([origin.get(t, 0) for t in tokens], np.uint64)
+    orig = np.where(orig == 0, first_raw, orig)
+    short = ~d["dsn8"].to_numpy().astype(bool)
+    rel = (rawv - orig).astype(np.int64)
+    if short.any():  # 4-octet DSNs: unwrap within the connection
+        gid = pd.factorize(tokens)[0]
+        rel_short = unwrap32((rawv & np.uint64(0xFFFFFFFF)).astype(np.uint32),
+                             (orig & np.uint64(0xFFFFFFFF)).astype(np.uint32), gid)
+        rel = np.where(short, rel_short, rel)
+    gid = pd.factorize(tokens)[0]
+    payload = d["payload"].to_numpy()
+    ra = reorder_analysis(gid, rel, rel + payload)
+    return pd.DataFrame({"token": tokens, "flow": d["flow"].to_numpy(), "row": d["row"].to_numpy(),
+                         "ts": d["ts"].to_numpy(),
+                         "dsn": rel, "end": rel + payload, "reinjected": ra["retrans"],
+                         "reordered": ra["reordered"], "extent": ra["extent"]})
+
+
+def connection_table(dsn: pd.DataFrame, flows: pd.DataFrame) -> pd.DataFrame:
+    """One row per MPTCP connection: subflows, data bytes, data-level reordering."""
+    cols = ["token", "subflows", "data_bytes", "start", "end", "data_packets", "reinjections",
+            "dsn_reordered_packets", "dsn_reorder_ratio", "dsn_reorder_extent_max"]
+    if not len(dsn):
+        return pd.DataFrame({k: [] for k in cols})
+    g = dsn.groupby("token")
+    uniq = (~dsn["reinjected"]).groupby(dsn["token"]).sum()
+    sub = flows[flows["mptcp_token"] != ""].groupby("mptcp_token").size()
+    out = pd.DataFrame({
+        "subflows": sub.reindex(g.size().index).fillna(0).astype(int),
+        "data_bytes": g["end"].max() - g["dsn"].min(),
+        "start": g["ts"].min() / 1e9, "end": g["ts"].max() / 1e9,
+        "data_packets": uniq,
+        "reinjections": g["reinjected"].sum(),
+        "dsn_reordered_packets": g["reordered"].sum(),
+        "dsn_reorder_ratio": g["reordered"].sum() / uniq.clip(lower=1),
+        "dsn_reorder_extent_max": g["extent"].max()}).reset_index()
+    return out[cols]

@@ -1,0 +1,224 @@
+"""The default sections of a run report and of a sweep report, and their warnings.
+
+Each section is a `Section` (``section(ctx) -> str``, "" to skip).  `RUN_SECTIONS`: the
+fidelity banner, the run's metadata, figures, the flow table, paper values, the spec and
+the warnings (capture losses, path rates far from the configured bandwidth, a run that did
+not complete).  `SWEEP_SECTIONS`: every run's fidelity, each metric against each swept
+parameter, paper values and warnings.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pandas as pd
+
+from analysis import plots
+from analysis.bundle import HEADLINE_KEYS, headline
+from analysis.report_context import ReportContext, Section, esc, figure, html_table
+from analysis.report_fidelity import run_fidelity_section, sweep_fidelity_section
+from testbed.core import units
+from testbed.core.capture_counts import shortfall
+from testbed.core.errors import InputError
+
+RATE_WARN_FRACTION = 0.5  # warn when a path's peak rate is below this share of its bw
+
+
+# ---- run sections ---------------------------------------------------------------------
+
+def metadata_section(ctx: ReportContext) -> str:
+    """Status, times, kernel and versions from metadata.json."""
+    m = ctx.meta
+    keys = ["name", "status", "repetition", "seed", "started", "ended", "wall_s", "kernel",
+            "git_revision", "error"]
+    rows = [(k, m[k]) for k in keys if m.get(k) not in (None, "")]
+    for k, v in m.items():
+        if k not in keys and isinstance(v, (str, int, float)) and len(str(v)) < 120:
+            rows.append((k, v))
+    body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
+    return f"<h2>Run</h2><table class='kv'>{body}</table>" if rows else ""
+
+
+def spec_section(ctx: ReportContext) -> str:
+    """The resolved spec.toml."""
+    return f"<h2>Spec</h2><pre>{esc(ctx.spec_text)}</pre>" if ctx.spec_text else ""
+
+
+def figures_section(ctx: ReportContext) -> str:
+    """Throughput per path and per subflow/flow with events, cwnd, FCT CDF."""
+    ts, ev = ctx.tables.get("timeseries"), ctx.tables.get("events")
+    out = []
+    if ts is not None and len(ts):
+        for kind in ("path", "subflow", "flow"):
+            if (ts["kind"] == kind).any():
+                out.append(figure(ctx, plots.throughput_figure(ts, kind, ev),
+                                  f"throughput-{kind}",
+                                  f"Throughput per {kind} (bins of the timeseries table); "
+                                  "dashed lines: schedule events."))
+    cw = ctx.tables.get("cwnd")
+    if cw is not None and len(cw):
+        out.append(figure(ctx, plots.cwnd_figure(cw, ctx.meta.get("t0")), "cwnd",
+                          "Congestion window per subflow (sampled with ss)."))
+    fl = ctx.tables.get("flows")
+    if fl is not None and len(fl) and pd.to_numeric(fl["fct_s"], errors="coerce").notna().any():
+        out.append(figure(ctx, plots.fct_cdf_figure(fl), "fct-cdf",
+                          "CDF of flow completion times."))
+    return "<h2>Figures</h2>" + "".join(out) if out else ""
+
+
+def flows_section(ctx: ReportContext) -> str:
+    """The per-flow table."""
+    fl = ctx.tables.get("flows")
+    if fl is None:
+        return ""
+    cols = ["flow_id", "protocol", "parent", "bytes", "fct_s", "throughput_bps",
+            "retransmissions", "reordered_packets", "reorder_ratio", "rtt_ms_median", "workload"]
+    t = fl[[c for c in cols if c in fl]].copy()
+    for c in t.columns:
+        if not pd.api.types.is_numeric_dtype(t[c]):
+            t[c] = t[c].fillna("")
+    return "<h2>Flows</h2>" + html_table(t)
+
+
+def rate_warnings(ctx: ReportContext) -> None:
+    """Warn about a run whose measured path rate is far below the configured bandwidth."""
+    ts = ctx.tables.get("timeseries")
+    paths = ctx.spec().get("topology", {}).get("paths") or []
+    if ts is None or not len(ts):
+        return
+    for p in paths:
+        if not isinstance(p, dict) or "name" not in p or "bw" not in p:
+            continue
+        sub = ts[(ts["kind"] == "path") & (ts["key"] == p["name"])]
+        if not len(sub):
+            continue
+        try:
+            bw = units.parse_rate(p["bw"])
+        except InputError:
+            continue
+        peak = float(sub["rate_bps"].max())
+        if peak < RATE_WARN_FRACTION * bw:
+            ctx.warnings.append(f"path {p['name']}: peak measured rate {peak / 1e6:.3g} Mbit/s "
+                                f"is below {RATE_WARN_FRACTION:.0%} of the configured {p['bw']}")
+        elif peak > 1.2 * bw:
+            ctx.warnings.append(f"path {p['name']}: peak measured rate {peak / 1e6:.3g} Mbit/s "
+                                f"exceeds the configured {p['bw']} by more than 20%")
+
+
+def capture_losses(stats: dict[str, dict[str, int | None]]) -> list[str]:
+    """Warnings for captures that miss packets, from a bundle's ``captures`` metadata
+    ({pcap name: {captured, received, dropped}}, tcpdump's closing counts): packets the
+    kernel dropped, and packets it handed over that tcpdump never wrote (on loopback the
+    kernel counts each packet twice)."""
+    out = []
+    for name, st in sorted((stats or {}).items()):
+        short = shortfall(st, loopback=name.endswith("-lo.pcap")) \
+            if isinstance(st, dict) else None
+        if short is None or not any(short):
+            continue
+        total = int(st["received"]) // (2 if name.endswith("-lo.pcap") else 1)
+        out.append(f"capture {name}: {short[0]} packets dropped by the kernel and "
+                   f"{short[1]} never written, of {total}; flow bytes, "
+                   "throughput and reordering from this capture are incomplete")
+    return out
+
+
+def warnings_section(ctx: ReportContext) -> str:
+    """Warnings gathered while building the report."""
+    if ctx.kind == "run":
+        ctx.warnings.extend(capture_losses(ctx.meta.get("captures") or {}))
+        rate_warnings(ctx)
+        if ctx.meta.get("status") not in (None, "complete"):
+            ctx.warnings.append(f"run status is {ctx.meta.get('status')!r}, not complete")
+    if not ctx.warnings:
+        return "<h2>Warnings</h2><p>none</p>"
+    items = "".join(f"<li>{esc(w)}</li>" for w in ctx.warnings)
+    return f"<h2>Warnings</h2><ul class='warn'>{items}</ul>"
+
+
+def paper_section(ctx: ReportContext) -> str:
+    """Paper values next to measured ones (from paper.toml)."""
+    if not ctx.paper:
+        return ""
+    if ctx.kind == "sweep":
+        data = ctx.tables.get("summary", pd.DataFrame())
+    else:
+        data = pd.DataFrame([headline(ctx.tables["flows"])]) if "flows" in ctx.tables \
+            else pd.DataFrame()
+    rows = []
+    for v in ctx.paper:
+        sel = data
+        for k, want in (v.get("where") or {}).items():
+            sel = sel[sel[k].astype(str) == str(want)] if k in sel else sel.iloc[0:0]
+        col = v["metric"]
+        measured = float(pd.to_numeric(sel[col], errors="coerce").mean()) if col in sel \
+            and len(sel) else math.nan
+        paper = float(v["value"])
+        rel = (measured - paper) / paper if paper and measured == measured else math.nan
+        tol = v.get("tolerance")
+        flag = "" if tol is None or rel != rel else ("ok" if abs(rel) <= float(tol) else "differs")
+        rows.append({"label": v.get("label", ""), "metric": col, "paper": paper,
+                     "measured": measured, "difference": f"{rel:+.1%}" if rel == rel else "",
+                     "check": flag})
+    return "<h2>Comparison with the paper</h2>" + html_table(pd.DataFrame(rows))
+
+
+# ---- sweep sections -------------------------------------------------------------------
+
+def _order_key(v: object) -> tuple[int, float, str]:
+    for parse in (units.parse_rate, units.parse_duration, units.parse_size,
+                  units.parse_percent, float):
+        try:
+            return (0, float(parse(v)), str(v))
+        except (InputError, TypeError, ValueError):
+            continue
+    return (1, 0.0, str(v))
+
+
+RUN_COLUMNS = {"run_id", "name", "status", "repetition", "seed", "started", "ended", "wall_s",
+               "error", "path"}
+
+
+def swept_params(summary: pd.DataFrame) -> list[str]:
+    """Swept parameters: summary columns that are neither run bookkeeping, the seconds
+    each run phase took (``setup_s``, ... -- never a dotted key path) nor headline metrics,
+    and that take more than one value."""
+    skip = RUN_COLUMNS | set(HEADLINE_KEYS)
+    return [c for c in summary.columns
+            if c not in skip and not re.fullmatch(r"[a-z]+_s", c)
+            and summary[c].nunique(dropna=True) > 1]
+
+
+def sweep_section(ctx: ReportContext) -> str:
+    """Each metric vs each swept parameter, one line per combination of the others."""
+    s = ctx.tables.get("summary")
+    if s is None or not len(s):
+        return "<h2>Sweep</h2><p><em>no runs</em></p>"
+    params = swept_params(s)
+    metrics = [m for m in plots.METRIC_LABELS if m in s and pd.to_numeric(
+        s[m], errors="coerce").notna().any()]
+    out = ["<h2>Sweep</h2>"]
+    if "status" in s:
+        bad = s[s["status"] != "complete"]
+        for _, r in bad.iterrows():
+            ctx.warnings.append(f"run {r.get('run_id', '?')} is {r['status']}")
+    for p in params:
+        others = [q for q in params if q != p]
+        order = sorted(s[p].dropna().unique(), key=_order_key)
+        for m in metrics:
+            data = s.assign(**{m: pd.to_numeric(s[m], errors="coerce")})
+            out.append(figure(ctx, plots.sweep_figure(data, p, m, others or None, order),
+                              f"{m}-vs-{p}",
+                              f"{m} vs {p}: mean and standard deviation over repetitions; "
+                              f"one line per {', '.join(others) or 'run set'}."))
+    cols = ["run_id", "status", "repetition", *params, *metrics]
+    out.append("<h3>Runs</h3>" + html_table(s[[c for c in cols if c in s]]))
+    return "".join(out)
+
+
+RUN_SECTIONS: tuple[Section, ...] = (run_fidelity_section, metadata_section, figures_section,
+                                     flows_section, paper_section, spec_section,
+                                     warnings_section)
+SWEEP_SECTIONS: tuple[Section, ...] = (sweep_fidelity_section, sweep_section, paper_section,
+                                       warnings_section)

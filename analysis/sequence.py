@@ -1,0 +1,142 @@
+"""Sequence numbers over grouped arrays, without a per-packet Python loop.
+
+The arrays hold the packets of many groups (a flow direction, an MPTCP connection), each
+group contiguous and in arrival order.  `unwrap32` turns 32-bit sequence numbers into
+64-bit offsets; `running_max_before` is RFC 4737's NextExp; `stable_order`, `pair_groups`
+and `duplicated_pairs` group equal (a, b) pairs with one sort.  `reorder_analysis` uses them
+to classify each segment as new, retransmitted or reordered:
+
+* A segment is *behind* when it starts below the highest byte seen so far in its group
+  (RFC 4737's NextExp).  A behind segment is a *retransmission* when its start was seen
+  before or, with TCP timestamps, when its TSval is newer than every earlier segment's (it
+  was sent later, so the network did not reorder it); otherwise it is *reordered*.
+* The reordering extent of a reordered packet is its arrival index minus that of the first
+  packet with a higher sequence number (RFC 4737 sections 4.1 and 4.2.1).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+WRAP32 = 1 << 32  # the 32-bit sequence space
+
+
+def group_starts(group: np.ndarray) -> np.ndarray:
+    """True where a new group begins (group ids are contiguous runs)."""
+    return np.r_[True, group[1:] != group[:-1]] if len(group) else np.zeros(0, bool)
+
+
+def _group_cumsum(v: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    cs = np.cumsum(v)
+    idx = np.flatnonzero(starts)
+    before = np.r_[0, cs[idx[1:] - 1]] if len(idx) else np.zeros(0, cs.dtype)
+    lengths = np.diff(np.r_[idx, len(v)])
+    return cs - np.repeat(before, lengths)
+
+
+def unwrap32(values: np.ndarray, base: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """Unwrap 32-bit sequence numbers within contiguous groups.
+
+    values: raw uint32 values in arrival order; base: per-element origin (same group, same
+    base); group: group id per element.  Returns int64 offsets from base.
+    """
+    rel = (values.astype(np.int64) - base.astype(np.int64)) % WRAP32
+    st = group_starts(group)
+    d = np.empty(len(rel), np.int64)
+    if len(rel):
+        d[0] = rel[0]
+        d[1:] = ((rel[1:] - rel[:-1] + (1 << 31)) % WRAP32) - (1 << 31)
+        d[st] = np.where(rel[st] >= (1 << 31), rel[st] - WRAP32, rel[st])
+    return _group_cumsum(d, st)
+
+
+def running_max_before(v: np.ndarray, starts: np.ndarray, floor: int) -> np.ndarray:
+    """Running maximum of the previous elements of each group (floor for the first)."""
+    if not len(v):
+        return v.copy()
+    gi = np.cumsum(starts) - 1
+    shifted = np.r_[floor, v[:-1]].astype(np.int64)
+    shifted[starts] = floor
+    span = int(np.max(np.abs(v))) + abs(floor) + 1
+    lift = gi.astype(np.int64) * (2 * span + 1)
+    m = np.maximum.accumulate(shifted + lift) - lift
+    return m
+
+
+def stable_order(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The stable sort order of integer pairs (a, b) (equal pairs keep their order).
+
+    One stable argsort of a combined key when the ranges allow (fast on the nearly sorted
+    keys of a capture: flows grouped, sequence numbers and times rising), else a lexsort
+    with the index as last key.
+    """
+    if not len(a):
+        return np.zeros(0, np.int64)
+    a0, b0 = int(a.min()), int(b.min())
+    ra, rb = int(a.max()) - a0 + 1, int(b.max()) - b0 + 1
+    if ra * rb < (1 << 62):
+        key = (a.astype(np.int64) - a0) * rb + (b.astype(np.int64) - b0)
+        return np.argsort(key, kind="stable")
+    return np.lexsort((np.arange(len(a)), b, a))
+
+
+def pair_groups(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Group equal integer (a, b) pairs with one sort instead of hashing.
+
+    Returns (order, starts, gid): order sorts the pairs, starts are the positions in that
+    order where a group begins, gid the group of each element (groups numbered in sorted
+    pair order).
+    """
+    o = stable_order(a, b)
+    if not len(o):
+        z = np.zeros(0, np.int64)
+        return z, z, z
+    sa, sb = a[o], b[o]
+    new = np.r_[True, (sa[1:] != sa[:-1]) | (sb[1:] != sb[:-1])]
+    gid = np.empty(len(o), np.int64)
+    gid[o] = np.cumsum(new) - 1
+    return o, np.flatnonzero(new), gid
+
+
+def duplicated_pairs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """True where (a[i], b[i]) occurred at an earlier index (as DataFrame.duplicated)."""
+    o, starts, gid = pair_groups(a, b)
+    if not len(o):
+        return np.zeros(0, bool)
+    first = np.minimum.reduceat(o, starts)
+    return np.arange(len(o)) != first[gid]
+
+
+def reorder_analysis(group: np.ndarray, start: np.ndarray, end: np.ndarray,
+                     tsval: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Classify segments (contiguous groups, arrival order) as new, retransmitted, reordered.
+
+    group: group id; start/end: sequence range of each segment (int64); tsval: sender
+    timestamps (0 = none) used to tell a late retransmission from network reordering.
+    Returns boolean arrays ``retrans``, ``reordered`` and int array ``extent`` (0 if none).
+    """
+    n = len(group)
+    st = group_starts(group)
+    nextexp = running_max_before(end, st, -(1 << 40))
+    behind = start < nextexp
+    dup = duplicated_pairs(np.asarray(group), np.asarray(start))
+    late = np.zeros(n, bool)
+    if tsval is not None:
+        ts = tsval.astype(np.int64)
+        has = ts > 0
+        prev_ts = running_max_before(np.where(has, ts, -1), st, -1)
+        late = has & (prev_ts >= 0) & (ts > prev_ts)
+    retrans = behind & (dup | late)
+    reordered = behind & ~retrans
+    extent = np.zeros(n, np.int64)
+    r = np.flatnonzero(reordered)
+    if len(r):
+        uniq = ~retrans
+        pos = np.cumsum(uniq) - 1                      # arrival index among unique segments
+        gi = np.cumsum(st) - 1
+        u = np.flatnonzero(uniq)
+        span = int(np.abs(start).max()) + 1
+        lifted = np.maximum.accumulate(start[u] + gi[u] * (2 * span + 1))
+        first_higher = np.searchsorted(lifted, start[r] + gi[r] * (2 * span + 1), "right")
+        extent[r] = pos[r] - first_higher
+    return {"retrans": retrans, "reordered": reordered, "extent": extent}

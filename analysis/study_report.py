@@ -1,0 +1,130 @@
+"""A study's paper-vs-ours report: ``out/report.html`` and ``out/claims.json``.
+
+`evaluate(study, out)` reads a study folder's ``paper.toml`` and the result folders that
+``testbed study`` wrote (``out/<spec stem>/`` with one bundle per run), and has the study
+named by the paper's id (`analysis.study_registry`) fill a `StudyResult`.
+`write_study_report` renders it into ``out/report.html`` with links to each spec's own
+report, the fidelity verdict of every run, and writes the claims' verdicts to
+``out/claims.json``.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from analysis.claims import StudyResult, load_paper, paper_id
+from analysis.report_fidelity import fidelity_banner
+from analysis.study_registry import StudyRegistry
+from testbed.core import safefiles
+from testbed.core.errors import InputError
+from testbed.core.safefiles import atomic_write_text
+
+
+def evaluate(study: Path, out: Path, registry: StudyRegistry | None = None) -> StudyResult:
+    """Paper-vs-ours comparisons and claims for a study's results in out.
+
+    study: the study folder (only its paper.toml is read); out: what ``testbed study``
+    wrote; registry: where the studies' code is found (default: the project's
+    ``experiments/``).
+    """
+    registry = registry or StudyRegistry()
+    paper = load_paper(study)
+    sid = paper_id(paper)
+    res = StudyResult(study=sid or study.name, title=(paper.get("paper") or {}).get("title", ""))
+    fn = registry.evaluator(sid)
+    if fn is None:
+        raise InputError(f"{study}/paper.toml: paper.id {sid!r} is not one of "
+                         f"{', '.join(registry.ids())}")
+    if out.is_dir():
+        fn(paper, out, res)
+    return res
+
+
+def _cell(v: float | None) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "—"
+    return f"{v:.4g}"
+
+
+def render(res: StudyResult, paper: dict[str, Any], out: Path) -> str:
+    """The study report as one HTML page."""
+    e = html.escape
+    rows = "".join(
+        f"<tr><td>{e(c.figure)}</td><td>{e(c.text)}</td><td class="
+        f"{'ok' if c.holds else ('bad' if c.holds is False else 'na')}>"
+        f"{'shown' if c.holds else ('not shown' if c.holds is False else 'no data')}</td>"
+        f"<td>{e(json.dumps(c.measured))}</td></tr>" for c in res.claims)
+    comps = "".join(
+        f"<tr><td>{e(c.figure)}</td><td>{e(c.quantity)}</td><td>{_cell(c.paper)}</td>"
+        f"<td>{_cell(c.ours)}</td><td>{e(c.unit)}</td><td>{e(c.note)}</td></tr>"
+        for c in res.comparisons)
+    figs = "".join(
+        f"<li><b>{e(f.get('source', k))}</b> — {e(f.get('title', ''))}<br>"
+        f"<i>{e(str(f.get('claim', '')).strip())}</i></li>"
+        for k, f in (paper.get("figures") or {}).items())
+    links = "".join(f'<li><a href="{e(href)}">{e(p.name)}</a></li>'
+                    for p in sorted(out.iterdir())
+                    if safefiles.file_in(out, f"{p.name}/report.html") is not None
+                    and (href := safefiles.safe_href(f"{p.name}/report.html")) is not None)
+    missing = (f"<p class=bad>No complete runs for: {e(', '.join(res.missing))}</p>"
+               if res.missing else "")
+    setup = e(str((paper.get("paper") or {}).get("setup", "")))
+    banner = _fidelity_banner(out)
+    return f"""<!doctype html><html><head><meta charset="utf-8">
+<title>{e(res.study)}: {e(res.title)}</title>
+<style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}
+table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px}}
+.ok{{background:#dfd}}.bad{{background:#fdd}}.na{{background:#eee}}
+.fid{{padding:8px 12px;border-radius:4px;margin:1em 0;border:1px solid}}
+.fid-ok{{background:#eaf6ea;border-color:#7b7}}.fid-warn,.fid-unknown{{background:#fff6e0;
+border-color:#d90}}.fid-fail{{background:#fde8e8;border-color:#c44}}</style></head><body>
+<h1>{e(res.study)}: {e(res.title)}</h1>{banner}
+<p>{setup}</p>{missing}
+<h2>The paper's claims, on our runs</h2>
+<table><tr><th>figure</th><th>claim</th><th>ours</th><th>measured</th></tr>{rows}</table>
+<h2>Paper vs ours</h2>
+<table><tr><th>figure</th><th>quantity</th><th>paper</th><th>ours</th><th>unit</th>
+<th>note</th></tr>{comps}</table>
+<h2>The paper's figures</h2><ul>{figs}</ul>
+<h2>Per-spec reports</h2><ul>{links}</ul>
+</body></html>"""
+
+
+def _fidelity_banner(out: Path) -> str:
+    """The fidelity verdicts of every run of the study (each spec's summary.parquet)."""
+    verdicts = []
+    for summary in sorted(out.glob("*/summary.parquet")):
+        try:
+            s = pd.read_parquet(summary)
+        except (OSError, ValueError):
+            continue
+        for _, r in s.iterrows():
+            v = r.get("fidelity")
+            reasons = r.get("fidelity_reasons")
+            verdicts.append((f"{summary.parent.name}/{r.get('run_id')}",
+                             v if isinstance(v, str) else "unknown",
+                             reasons.split("; ") if isinstance(reasons, str) and reasons
+                             else []))
+    return fidelity_banner(verdicts)
+
+
+def write_study_report(study: Path, out: Path, registry: StudyRegistry | None = None) -> Path:
+    """Write out/report.html (paper vs ours) and out/claims.json; return the report path.
+
+    study: the study folder; out: its results; registry: as for `evaluate`.
+    """
+    res = evaluate(study, out, registry)
+    paper = load_paper(study)
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / "report.html"
+    atomic_write_text(target, render(res, paper, out))
+    claims = [{"figure": c.figure, "claim": c.text, "holds": c.holds, "measured": c.measured}
+              for c in res.claims]
+    atomic_write_text(out / "claims.json", json.dumps(claims, indent=1))
+    return target

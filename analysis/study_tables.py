@@ -1,0 +1,152 @@
+"""The tables a study's claims are computed from: what ``testbed study`` wrote, read back.
+
+``testbed study`` writes ``out/<spec stem>/`` with one bundle per run.  `run_table` stacks
+one metrics table (flows, timeseries, ping, events ...) over every complete run, with the
+run's id and swept parameters as columns (``run_id``, ``param:<key path>``); the helpers
+below turn those into the numbers the studies compare: a workload's throughput
+(`workload_rate`), the rate inside a time window (`window_rate`).  Folders and files are
+read as untrusted input (`testbed.core.safefiles`: no symbolic link is followed).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from testbed.core import safefiles
+from testbed.core.compat import tomllib
+from testbed.core.errors import InputError
+
+SENT = ("flow", "connection")
+DELIVERED = ("delivered", "connection")
+
+
+def complete_runs(spec_out: Path) -> list[Path]:
+    """The run folders of a spec's output folder whose metadata says complete."""
+    runs: list[Path] = []
+    if not spec_out.is_dir():
+        return runs
+    for run in sorted(spec_out.iterdir()):
+        meta_file = safefiles.file_in(spec_out, f"{run.name}/metadata.json")
+        if meta_file is None:  # absent, or a symbolic link: never followed
+            continue
+        try:
+            meta = json.loads(safefiles.read_text(meta_file))
+        except (OSError, ValueError, RecursionError, InputError):
+            continue
+        if not isinstance(meta, dict):
+            continue
+        if meta.get("status") == "complete":
+            runs.append(meta_file.parent)
+    return runs
+
+
+def _params(run: Path) -> dict[str, Any]:
+    meta = json.loads(safefiles.read_text(run / "metadata.json"))  # checked by complete_runs
+    params = meta.get("params")
+    out = {}
+    for k, v in (params.items() if isinstance(params, dict) else ()):
+        out[k] = json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v
+    return out
+
+
+def run_table(spec_out: Path, name: str) -> pd.DataFrame:
+    """One metrics table (flows, timeseries, ...) of every complete run, with run columns.
+
+    spec_out: a spec's output folder; name: the table name under metrics/.
+    """
+    parts = []
+    for run in complete_runs(spec_out):
+        f = safefiles.file_in(run, f"metrics/{name}.parquet")
+        if f is None:
+            continue
+        df = pd.read_parquet(io.BytesIO(safefiles.read_bytes(f)))
+        df = df.assign(run_id=run.name, **{f"param:{k}": v for k, v in _params(run).items()})
+        parts.append(df)
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def top_flows(spec_out: Path) -> pd.DataFrame:
+    """Connection-level flows (not MPTCP subflows) of every complete run."""
+    flows = run_table(spec_out, "flows")
+    if flows.empty:
+        return flows
+    return flows[flows["parent"].fillna("") == ""].copy()
+
+
+def numeric(s: pd.Series) -> pd.Series:
+    """s as numbers (NaN where a value is not one)."""
+    return pd.to_numeric(s, errors="coerce")
+
+
+def select_runs(df: pd.DataFrame, run_filter: dict[str, Any] | None) -> pd.DataFrame | None:
+    """Rows of the runs whose parameters match run_filter; None if a key is unknown."""
+    for k, v in (run_filter or {}).items():
+        if k not in df:
+            return None
+        df = df[df[k].astype(str) == str(v)]
+    return df
+
+
+def workload_rate(flows: pd.DataFrame, workload: str, run_filter: dict[str, Any] | None = None
+                  ) -> float | None:
+    """Mean throughput (bit/s) of the flows of one workload (summed per run, then averaged).
+
+    flows: `top_flows`; workload: its name; run_filter: {"param:key": value} to select runs.
+    """
+    if flows.empty or "workload" not in flows:
+        return None
+    sel = select_runs(flows[flows["workload"] == workload], run_filter)
+    if sel is None or sel.empty:
+        return None
+    per_run = sel.groupby("run_id").apply(
+        lambda g: (numeric(g["bytes"]).sum() * 8)
+        / max(numeric(g["end"]).max() - numeric(g["start"]).min(), 1e-9), include_groups=False)
+    return float(per_run.mean())
+
+
+def window_rate(spec_out: Path, t_from: float, t_to: float,
+                run_filter: dict[str, Any] | None = None, kinds: tuple[str, ...] = SENT,
+                table: pd.DataFrame | None = None) -> float | None:
+    """Average rate (bit/s) in [t_from, t_to) seconds after the run's start.
+
+    Sums the goodput series of every top-level flow per run, then averages over the runs
+    that match run_filter (a run without data in the window counts as 0).  kinds: the
+    timeseries kinds to add up -- `SENT`: TCP/UDP flows' new data at the sender ("flow")
+    and MPTCP connections ("connection"; their subflows are not added again); `DELIVERED`:
+    TCP flows' bytes acknowledged by their receiver ("delivered") instead of "flow", except
+    in runs analysed before that series existed, which count "flow".  table: the
+    timeseries of spec_out if already loaded (`run_table`).
+    """
+    ts = run_table(spec_out, "timeseries") if table is None else table
+    if ts.empty:
+        return None
+    wanted = ts["kind"].isin(list(kinds))
+    if "delivered" in kinds:
+        has = ts.loc[ts["kind"] == "delivered", "run_id"].unique()
+        wanted |= (ts["kind"] == "flow") & ~ts["run_id"].isin(has)
+    sel = select_runs(ts[wanted], run_filter)
+    if sel is None or sel.empty:
+        return None
+    t_rel = numeric(sel["t_rel"])
+    sel = sel[(t_rel >= t_from - 1e-9) & (t_rel < t_to - 1e-9)]
+    rate = numeric(sel["goodput_bps"]).fillna(numeric(sel["rate_bps"]))
+    sel = sel.assign(_bits=rate * numeric(sel["bin_s"]))
+    per_run = sel.groupby("run_id")["_bits"].sum() / (t_to - t_from)
+    matching = select_runs(ts, run_filter)
+    runs = set(matching["run_id"]) if matching is not None else set()
+    per_run = per_run.reindex(sorted(runs), fill_value=0.0)
+    return float(per_run.mean()) if len(per_run) else None
+
+
+def resolved_spec(spec_out: Path) -> dict[str, Any] | None:
+    """The resolved spec.toml of the first complete run of a spec's output (None: no run)."""
+    runs = complete_runs(spec_out)
+    if not runs:
+        return None
+    spec = safefiles.file_in(runs[0], "spec.toml")
+    return tomllib.loads(safefiles.read_text(spec)) if spec is not None else None
