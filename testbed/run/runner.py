@@ -119,7 +119,7 @@ def check_against_topology(exp: Experiment, topo: Any) -> None:
 
     exp: the spec; topo: `build_topology(exp)`.
     """
-    from testbed.net.network import link_groups
+    from testbed.net.links import link_groups
 
     hosts = set(topo.hosts())
     for i, wl in enumerate(exp.workload):
@@ -728,7 +728,7 @@ def _fidelity_extra(runner: CommandRunner, net: Any, exp: Experiment, topo: Any,
                     pings: list[dict[str, Any]], dp_lost_before: int | None
                     ) -> dict[str, Any]:
     """The rest of ``fidelity_raw``: upcalls lost, RPS, CPUs, each ping's configured RTT."""
-    from testbed.net.network import base_rtt_s
+    from testbed.net.links import base_rtt_s
     from testbed.net.steering import online_cpus
 
     after = _dp_lost(runner, net) if dp_lost_before is not None else None
@@ -815,7 +815,7 @@ def dry_run_commands(plan: Any, run_dir: Path) -> CommandRunner:
     from testbed.host.traffic.ping import ping_argv
     from testbed.host.transport import buffer_sysctls, check_sysctls, sysctl_write_argv
     from testbed.net import shaping as sh
-    from testbed.net.network import link_groups
+    from testbed.net.links import link_groups
 
     exp: Experiment = plan.spec
     run_dir = Path(run_dir)
@@ -879,7 +879,7 @@ def _dry_run_schedule(runner: CommandRunner, exp: Experiment, topo: Any,
     -batch -`` for down/up, each with its input (what the batch shells are sent)."""
     from testbed.core.commands import batch_text
     from testbed.net import shaping as sh
-    from testbed.net.network import link_groups
+    from testbed.net.links import link_groups
 
     links = link_groups(topo)
     shapes = {name: link.shape for name, link in links.items()}
