@@ -206,7 +206,7 @@ def veth_peers(planned: list[PlannedLink], in_ns: set[str]
     return peer, where
 
 
-def describe(links: dict[str, NamedLink]) -> dict[str, Any]:
+def describe(links: dict[str, NamedLink]) -> dict[str, dict[str, object]]:
     """The shaped links in base units, for ``metadata.json``."""
     return {name: {"shape": asdict(link.shape), "up": link.up,
                    "egress": [asdict(e) for e in link.egress]}

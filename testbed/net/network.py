@@ -16,14 +16,12 @@ secure with one), `bringup` (the start's checks and set-up commands),
 manifest, ``network.json``), `nftables` (the controller's tables), `hoststate` (the
 hosts' transport state, put back between runs), `teardown` (clean-up steps, signals).
 
-Start-up, in order: refuse names that already exist (so Mininet's "delete before
-create" can never touch someone else's bridge or interface); build hosts, switches and
-veths; ``controller.start()`` and ``controller.pre_switch_start(net)``; start the
-switches; ``controller.wait_ready(dpids, timeout)`` and ``post_switch_start(net)``;
-turn segmentation offloads off on host interfaces (so every skb is one packet); set
-receive packet steering on every interface (`testbed.net.steering`: no reordering made by
-the emulator); build each shaped interface's qdisc tree once (`testbed.net.shaping`);
-run the topology's ``setup_commands()`` (routing) if it has them.
+Start-up, in order: refuse names that already exist (`bringup.preflight`); build hosts,
+switches and veths; ``controller.start()`` and ``controller.pre_switch_start(net)``;
+start the switches; ``controller.wait_ready(dpids, timeout)`` and
+``post_switch_start(net)``; segmentation offloads off on host interfaces; receive packet
+steering on every interface (`testbed.net.steering`); each shaped interface's qdisc tree
+(`testbed.net.shaping`); the topology's ``setup_commands()`` (routing) if it has them.
 
 Shut-down (normal exit, exception, SIGINT -> KeyboardInterrupt, SIGTERM -> SystemExit
 143) removes what this object recorded, never anything matched by pattern: schedule
@@ -43,7 +41,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from testbed.core.commands import CommandRunner
 from testbed.core.errors import InputError, RunError
@@ -73,13 +71,12 @@ class Network:
     topo: a Mininet `Topo`; runner: the `CommandRunner` every command goes through;
     controller: None or a `testbed.net.nettypes.ControllerHook` (optional ``port``,
     ``protocols`` and ``inactivity_probe_ms``, the OVS echo probe its connections get
-    from the start); workdir: where ``network.json`` goes;
-    offloads: keep TSO/GSO/GRO on host interfaces (default off); ready_timeout: seconds
-    to wait for the controller to see every switch; handle_signals: turn SIGINT/SIGTERM
-    into exceptions while the network runs (main thread only); baseline_hosts: record
-    each host's transport state for `end_run` to restore; rps: receive packet steering
-    on every interface (default; without it the emulator reorders packets on more than
-    one CPU, see `testbed.net.steering`).
+    from the start); workdir: where ``network.json`` goes; offloads: keep TSO/GSO/GRO on
+    host interfaces (default off); ready_timeout: seconds to wait for the controller to
+    see every switch; handle_signals: turn SIGINT/SIGTERM into exceptions while the
+    network runs (main thread only); baseline_hosts: record each host's transport state
+    for `end_run` to restore; rps: receive packet steering on every interface (default;
+    without it the emulator reorders packets on more than one CPU, `testbed.net.steering`).
     """
 
     def __init__(self, topo: Topo, runner: CommandRunner | None = None,
@@ -254,7 +251,7 @@ class Network:
                                       "addr": intf.IP()}
         return out
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, dict[str, object]]:
         """The shaped links in base units, for ``metadata.json``."""
         return linkmodel.describe(self.links)
 
