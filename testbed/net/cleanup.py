@@ -35,7 +35,6 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from testbed.core.commands import CommandRunner
 from testbed.core.errors import InputError, TestbedError
@@ -123,7 +122,7 @@ class Manifest:
         """Note a process the network started outside its hosts (the controller) with its
         start time, so that a clean-up after a SIGKILL ends it and nothing else."""
         start = process_start_time(pid) if pid else None
-        if start is not None:
+        if pid and start is not None:
             self.processes[name] = [int(pid), start]
 
     @classmethod
@@ -136,14 +135,14 @@ class Manifest:
             raise InputError(f"{path}: not a network manifest ({exc})") from None
 
     @classmethod
-    def from_data(cls, data: Any) -> Manifest:
+    def from_data(cls, data: object) -> Manifest:
         """Check types strictly (a manifest names what is deleted as root)."""
-        def names(v: Any) -> list[str]:
+        def names(v: object) -> list[str]:
             if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
                 raise TypeError("expected a list of names")
             return list(v)
 
-        def ints(v: Any) -> dict[str, int]:
+        def ints(v: object) -> dict[str, int]:
             if not isinstance(v, dict) or not all(
                     isinstance(k, str) and isinstance(x, int) and not isinstance(x, bool)
                     for k, x in v.items()):

@@ -13,18 +13,20 @@ run finds its hosts as a fresh network would have them.  A network that takes a
 Anything a run removed from the baseline (a rule or route of the topology's own
 routing) is not recreated: `differences` reports it, and the network is then stopped
 rather than reused.  Everything here is pure except `read_state`/`restore`, which run
-one shell per host through the runner.
+one shell per host through the runner; `HostBaseline` holds a network's baseline and
+puts every host back to it.
 """
 
 from __future__ import annotations
 
 import re
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from testbed.core.commands import CommandRunner
+from testbed.core.commands import CommandRunner, in_parallel
+from testbed.core.errors import RunError
 from testbed.core.transcript import Namespaced
 
 SYSCTL_PATTERN = r"^net\.(ipv4\.tcp_|mptcp\.|core\.(r|w)mem|ipv4\.conf\.all\.rp_filter)"
@@ -164,10 +166,44 @@ def restore(runner: CommandRunner, host: Namespaced, base: HostState,
     return differences(base, read_state(runner, host, keys))
 
 
-def baseline(runner: CommandRunner, hosts: list[Any], keys: list[str]
+def baseline(runner: CommandRunner, hosts: Sequence[Namespaced], keys: list[str]
              ) -> dict[str, HostState]:
     """Every host's state now, by host name (a few hosts at a time)."""
-    from testbed.core.commands import in_parallel
-
     states = in_parallel(lambda h: read_state(runner, h, keys), hosts)
     return {h.name: s for h, s in zip(hosts, states, strict=True)}
+
+
+class HostBaseline:
+    """Every host's state right after a network started, to put back between runs.
+
+    states: by host name (None until `take`); keys: the sysctls it covers.
+    """
+
+    def __init__(self) -> None:
+        self.states: dict[str, HostState] | None = None
+        self.keys: list[str] = []
+
+    def take(self, runner: CommandRunner, hosts: Sequence[Namespaced]) -> None:
+        """Read every host's state now (the writable `SYSCTL_PATTERN` sysctls and more)."""
+        self.keys = sysctl_keys(writable=True)
+        self.states = baseline(runner, hosts, self.keys)
+
+    def restore(self, runner: CommandRunner, hosts: Sequence[Namespaced]) -> None:
+        """Every host's transport state back to the baseline; RunError naming what could
+        not be restored (the network must then not serve another run)."""
+        states = self.states
+        assert states is not None
+        left = in_parallel(lambda h: restore(runner, h, states[h.name], self.keys), hosts)
+        problems = [f"{h.name}: {d}" for h, diff in zip(hosts, left, strict=True)
+                    for d in diff]
+        if problems:
+            raise RunError("host state differs from the fresh network's: "
+                           + "; ".join(problems[:5]))
+
+
+def cold_cache_commands(hosts: Sequence[Namespaced]) -> dict[str, list[list[str]]]:
+    """The ``ip`` commands that empty each host's TCP metrics and neighbour caches, as on
+    a new network (a cached ssthresh or RTT would carry one run's outcome into the
+    next), by host name."""
+    return {h.name: [["ip", "tcp_metrics", "flush", "all"], ["ip", "neigh", "flush", "all"]]
+            for h in hosts}

@@ -18,13 +18,20 @@ from __future__ import annotations
 import re
 import shlex
 import time
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol, cast
 
 from mininet.link import Intf
 from mininet.node import Host, OVSSwitch
 
 from testbed.core.commands import CommandRunner
 from testbed.core.errors import CommandTimeout, RunError, TestbedError
+
+if TYPE_CHECKING:
+    from testbed.net.nettypes import MnController, MnLink, MnNode
+
+ErrRun = Callable[[str], tuple[str, str, int]]  # Mininet's ``errRun`` for a command string
+VsctlRun = Callable[[list[str]], tuple[str, str, int]]  # `run_vsctl`'s shape
 
 _TOKEN = re.compile(r"[A-Za-z0-9_.:/@-]+")
 
@@ -57,6 +64,17 @@ def split_ip(ipstr: str, prefix_len: int | None = None) -> tuple[str, int]:
 NODE_CMD_TIMEOUT_S = 300.0  # a node's shell command (ip batch, ovs-vsctl) that hangs longer
 
 
+class _ShellNode(Protocol):
+    """What `BoundedCmd` uses of Mininet's `Node`: its shell's state and output."""
+
+    name: str
+    waiting: bool
+
+    def sendInt(self) -> None: ...
+
+    def monitor(self, timeoutms: int | None = None, findPid: bool = True) -> str: ...
+
+
 class BoundedCmd:
     """Mixin for Mininet nodes: a command sent to the node's shell (``node.cmd``) that
     has not finished within `cmd_timeout_s` is interrupted (Ctrl-C to the shell) and
@@ -67,7 +85,7 @@ class BoundedCmd:
 
     def waitOutput(self, verbose: bool = False, findPid: bool = True) -> str:
         """Mininet's wait for the shell's sentinel, with a deadline."""
-        node: Any = self
+        node = cast("_ShellNode", self)
         deadline = time.monotonic() + self.cmd_timeout_s
         output = ""
         while node.waiting:
@@ -84,11 +102,20 @@ class BoundedCmd:
         return output
 
 
+_DELETED = "_tb_deleted"  # set on a Mininet link whose veth pair is gone
+
+
+def mark_link_deleted(link: object) -> None:
+    """Note that link's veth pair is gone (deleting one end removes both), so that
+    `QuickIntf.delete` of either end has nothing left to do."""
+    setattr(link, _DELETED, True)
+
+
 class QuickIntf(Intf):
     """A Mininet `Intf` that applies MAC, address and up/down as one ``ip`` batch."""
 
-    def __init__(self, name: str, node: Any = None, port: int | None = None,
-                 link: Any = None, mac: str | None = None, **params: Any):
+    def __init__(self, name: str, node: MnNode | None = None, port: int | None = None,
+                 link: MnLink | None = None, mac: str | None = None, **params: object):
         # a veth made by a Link already carries the MAC the Link passes here
         self._created_mac = mac if link is not None else None
         super().__init__(name, node=node, port=port, link=link, mac=mac, **params)
@@ -141,12 +168,13 @@ class QuickIntf(Intf):
         return "UP" in flags.split("<", 1)[-1].split(",")
 
     def config(self, mac: str | None = None, ip: str | None = None,
-               ifconfig: Any = None, up: bool = True, **_params: Any) -> dict[str, Any]:
+               ifconfig: str | list[str] | None = None, up: bool = True,
+               **_params: object) -> dict[str, object]:
         lines = self.mac_lines(mac) + self.ip_lines(ip)
         if up:
             lines.append(f"link set dev {self.name} up")
         self.apply(lines)
-        r: dict[str, Any] = {"mac": mac, "ip": ip, "up": up}
+        r: dict[str, object] = {"mac": mac, "ip": ip, "up": up}
         if ifconfig is not None:
             r["ifconfig"] = self.ifconfig(*(ifconfig if isinstance(ifconfig, list)
                                             else [ifconfig]))
@@ -155,13 +183,13 @@ class QuickIntf(Intf):
     def delete(self) -> None:
         # deleting one end of a veth removes both: the second end has nothing left to do
         link = self.link
-        if link is not None and getattr(link, "_tb_deleted", False):
+        if link is not None and getattr(link, _DELETED, False):
             self.node.delIntf(self)
             self.link = None
             return
         self.cmd(f"ip link del {self.name}")
         if link is not None:
-            link._tb_deleted = True
+            mark_link_deleted(link)
         self.node.delIntf(self)
         self.link = None
 
@@ -170,7 +198,8 @@ class QuickHost(BoundedCmd, Host):
     """A Mininet `Host` whose default-interface and loopback set-up is one ``ip`` batch."""
 
     def config(self, mac: str | None = None, ip: str | None = None,
-               defaultRoute: Any = None, lo: str = "up", **params: Any) -> dict[str, Any]:
+               defaultRoute: object = None, lo: str = "up", **params: object
+               ) -> dict[str, object]:
         intf = self.defaultIntf()
         lines: list[str] = []
         if isinstance(intf, QuickIntf):
@@ -184,7 +213,7 @@ class QuickHost(BoundedCmd, Host):
         out = self.cmd(ip_batch_line(lines)).strip()
         if out:
             raise RunError(f"configuring {self.name} failed: {out}")
-        r: dict[str, Any] = {"mac": mac, "ip": ip}
+        r: dict[str, object] = {"mac": mac, "ip": ip}
         self.setParam(r, "setDefaultRoute", defaultRoute=defaultRoute)
         return r
 
@@ -251,12 +280,12 @@ class ProbedOVSSwitch(BoundedCmd, OVSSwitch):
     programmed is too late for that.  inactivity_probe_ms: None keeps OVS's default.
     """
 
-    def __init__(self, name: str, inactivity_probe_ms: int | None = None, **params: Any):
+    def __init__(self, name: str, inactivity_probe_ms: int | None = None, **params: object):
         super().__init__(name, **params)
         self.inactivity_probe_ms = inactivity_probe_ms
         self.vsctl_errors: list[str] = []  # outputs of ovs-vsctl calls that failed
 
-    def vsctl(self, *args: Any, **kwargs: Any) -> Any:
+    def vsctl(self, *args: object, **kwargs: object) -> str | None:
         if self.inactivity_probe_ms is not None:
             args = tuple(with_inactivity_probe(a, self.inactivity_probe_ms)
                          if isinstance(a, str) else a for a in args)
@@ -265,7 +294,7 @@ class ProbedOVSSwitch(BoundedCmd, OVSSwitch):
             self.vsctl_errors.append(out.strip())
         return out
 
-    def start(self, controllers: list[Any]) -> None:
+    def start(self, controllers: list[MnController]) -> None:
         """Mininet's start, but a failed ``ovs-vsctl`` is not ignored.
 
         Mininet discards the output of the one ``ovs-vsctl`` that creates the bridge, so a
@@ -286,13 +315,15 @@ class ProbedOVSSwitch(BoundedCmd, OVSSwitch):
                        f"({VSCTL_TRIES} tries): {out[-300:]}")
 
     @classmethod
-    def batchShutdown(cls, switches: Any, run: Any = None) -> Any:
+    def batchShutdown(cls, switches: Sequence[ProbedOVSSwitch], run: ErrRun | None = None
+                      ) -> Sequence[ProbedOVSSwitch]:
         """Mininet's batch shut-down (``ovs-vsctl del-br ...``, ``kill -HUP``), its commands
         run as argument lists with a timeout instead of waiting without end."""
         return super().batchShutdown(switches, run=run or run_split)
 
     @classmethod
-    def batchStartup(cls, switches: Any, run: Any = None) -> Any:
+    def batchStartup(cls, switches: Sequence[ProbedOVSSwitch], run: VsctlRun | None = None
+                     ) -> Sequence[ProbedOVSSwitch]:
         """Every queued switch (``batch=True``) created in one ``ovs-vsctl`` transaction.
 
         One transaction is one reconfiguration of ovs-vswitchd, instead of one per switch

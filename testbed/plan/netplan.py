@@ -2,7 +2,7 @@
 
 ::
 
-    plan = plan_network(run, shaped_links=link_groups)
+    plan = plan_network(run)
     plan.topo, plan.hosts      # the Mininet topology (built, not started), the hosts used
     plan.flows, plan.pings     # what runs between them, addresses resolved
     plan.events                # the link schedule, in time order
@@ -14,7 +14,7 @@ naming the key), so a typo stops a run before its network is built.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -65,17 +65,15 @@ class NetworkPlan:
     events: tuple[ScheduleEvent, ...]
 
 
-def plan_network(run: RunPlan, shaped_links: Callable[[Topo], Collection[str]]
-                 ) -> NetworkPlan:
+def plan_network(run: RunPlan) -> NetworkPlan:
     """The `NetworkPlan` of one run (pure; raises `SpecError` naming the spec key for a
     name the topology lacks).
 
-    run: the run; shaped_links: the names of a topology's shaped links, which schedule
-    events address (`testbed.net.network.link_groups`).
+    run: the run.
     """
     exp = run.spec
     topo = build_topology(exp)
-    check_against_topology(exp, topo, shaped_links)
+    check_against_topology(exp, topo)
     hosts = topo_hosts(exp, topo)
     addr_of, path_addrs = host_addresses(topo), path_addresses(exp, topo)
     flows = resolve_addresses(plan_flows(exp, run.seed, hosts), addr_of, path_addrs)

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING
 
 from testbed.core.errors import SpecError
+from testbed.plan.links import link_groups
 from testbed.spec.experiment import Experiment
 from testbed.spec.model import FatTreeTopology, MultipathTopology
 
@@ -70,12 +70,11 @@ def topo_hosts(exp: Experiment, topo: Topo) -> list[str]:
     return list(names) if names is not None else sorted(topo.hosts())
 
 
-def check_against_topology(exp: Experiment, topo: Topo,
-                           shaped_links: Callable[[Topo], Collection[str]]) -> None:
+def check_against_topology(exp: Experiment, topo: Topo) -> None:
     """Names the spec uses that the built topology lacks -> `SpecError` naming the key.
 
-    exp: the spec; topo: `build_topology(exp)`; shaped_links: the names of the topology's
-    shaped links, which schedule events address (`testbed.net.network.link_groups`).
+    exp: the spec; topo: `build_topology(exp)`.  Schedule events address the topology's
+    shaped links (`testbed.plan.links.link_groups`).
     """
     hosts = set(topo.hosts())
     for i, wl in enumerate(exp.workload):
@@ -85,7 +84,7 @@ def check_against_topology(exp: Experiment, topo: Topo,
                 if name is not None and name not in hosts:
                     raise SpecError(f"workload[{i}].{key}: no host named {name!r} in "
                                     f"{exp.topology.kind}")
-    links = shaped_links(topo)
+    links = link_groups(topo)
     for i, ev in enumerate(exp.schedule):
         if ev.link not in links:
             known = ", ".join(sorted(links)[:8]) or "none (no shaped links)"

@@ -42,15 +42,15 @@ def dry_run_commands(run: RunPlan, run_dir: Path) -> CommandRunner:
     from testbed.host.traffic.ping import ping_argv
     from testbed.host.transport import buffer_sysctls, check_sysctls, sysctl_write_argv
     from testbed.net import shaping as sh
-    from testbed.net.network import link_groups
     from testbed.plan.flows import flow_sender_hosts
+    from testbed.plan.links import link_groups
 
     exp = run.spec
     run_dir = Path(run_dir)
     runner = CommandRunner(dry_run=True)
     if isinstance(exp.topology, CustomTopology):
         return runner  # a custom topology is code: a dry run neither imports nor builds it
-    plan = plan_network(run, link_groups)
+    plan = plan_network(run)
     topo = plan.topo
     fake = {h: _FakeHost(h) for h in topo.hosts()}
     switches = set(topo.switches())
@@ -103,7 +103,7 @@ def _dry_run_schedule(runner: CommandRunner, plan: NetworkPlan,
     -batch -`` for down/up, each with its input (what the batch shells are sent)."""
     from testbed.core.batch import batch_text
     from testbed.net import shaping as sh
-    from testbed.net.network import link_groups
+    from testbed.plan.links import link_groups
 
     links = link_groups(plan.topo)
     shapes = {name: link.shape for name, link in links.items()}

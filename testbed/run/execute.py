@@ -127,7 +127,6 @@ def execute_run(run: RunPlan, bundle: Bundle, meta: dict[str, Any], phase: Phase
     whose software emulation makes it ~10x slower than on the host) and returns no
     headline.  Everything else started here is stopped before this returns or raises.
     """
-    from testbed.net.network import link_groups
 
     runner = CommandRunner()
     tl = _Timeline(phase)
@@ -135,7 +134,7 @@ def execute_run(run: RunPlan, bundle: Bundle, meta: dict[str, Any], phase: Phase
     try:
         tl.enter("preflight")
         meta.update(host_facts())
-        plan = plan_network(run, link_groups)
+        plan = plan_network(run)
         ensure_ccs(runner, plan.spec)
         meta["workload_seeds"] = workload_seeds(plan.spec, plan.seed)
         meta["flows_planned"] = len(plan.flows)

@@ -40,8 +40,8 @@ def fidelity_extra(runner: CommandRunner, net: Network, plan: NetworkPlan,
 
     dp_lost_before: `dp_lost` before the traffic (None: not counted).
     """
-    from testbed.net.network import base_rtt_s
     from testbed.net.steering import online_cpus
+    from testbed.plan.links import base_rtt_s
 
     after = dp_lost(runner, net) if dp_lost_before is not None else None
     rtts = []

@@ -16,7 +16,8 @@ import pytest
 from mininet.topo import Topo
 
 from testbed.core.commands import CommandRunner
-from testbed.net.network import Network, parse_link_names
+from testbed.net.cleanup import parse_link_names
+from testbed.net.network import Network
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_kernel("netem", "ovs")]
 

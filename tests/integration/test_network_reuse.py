@@ -30,7 +30,8 @@ import pytest
 
 from controllers.launcher import ControllerProcess
 from testbed.core.commands import CommandRunner
-from testbed.net.network import parse_link_names, parse_nft_tables
+from testbed.net.cleanup import parse_link_names
+from testbed.net.nftables import parse_nft_tables
 from testbed.net.shaping import LinkShape
 from topologies.fattree import FatTreeTopo
 
@@ -174,11 +175,11 @@ def test_end_run_puts_back_what_an_mptcp_run_configured(make_network, runner):
                                  PathSpec(name="cell", bw=10_000_000, delay=0.005)])
     net = make_network(topo, baseline_hosts=True)
     client = net.host("client")
-    base = net.host_baseline["client"]
+    base = net.baseline.states["client"]
     transport = Transport(protocol="mptcp", cc="reno", rmem="64KiB")
     configure_host(runner, client, TransportSettings.from_spec(transport),
                    host_interfaces(client), role="client")
-    keys = net._baseline_keys
+    keys = net.baseline.keys
     changed = differences(base, read_state(runner, client, keys))
     assert any("MPTCP endpoints" in d for d in changed), changed
     assert any("tcp_congestion_control" in d for d in changed), changed

@@ -30,6 +30,12 @@ def test_netns_lookup_finds_this_process_namespace() -> None:
     assert os.getpid() not in cl.pids_in_netns({mine})
 
 
+def test_parse_link_names_on_captured_output() -> None:
+    text = (Path(__file__).parents[1] / "data" / "network" / "ip-o-link.txt").read_text()
+    assert cl.parse_link_names(text) == ["lo", "ifb0", "eth0", "ovs-system", "s1", "s1-eth1",
+                                         "s1-eth2"]
+
+
 def test_is_mininet_shell_checks_the_cmdline() -> None:
     assert not cl.is_mininet_shell(os.getpid(), "h1")
 
@@ -155,11 +161,10 @@ def test_a_reused_controller_pid_is_not_signalled(tmp_path):
 def test_network_records_its_controller_in_the_trusted_manifest(tmp_path):
     from types import SimpleNamespace
 
-    from testbed.net.network import Network
+    from testbed.net.record import NetworkRecord
 
-    net = Network.__new__(Network)  # only the manifest bookkeeping
-    net.manifest, net.workdir = cl.Manifest(), tmp_path
-    net._record_controller(SimpleNamespace(proc=SimpleNamespace(pid=os.getpid())))
+    record = NetworkRecord(tmp_path)  # a network's manifest bookkeeping
+    record.note_controller(SimpleNamespace(proc=SimpleNamespace(pid=os.getpid())))
     trusted = cl.Manifest.read(cl.state_copy(tmp_path / cl.MANIFEST))
     assert trusted.processes["controller"] == [os.getpid(),
                                                cl.process_start_time(os.getpid())]

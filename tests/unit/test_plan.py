@@ -8,7 +8,6 @@ import pytest
 
 from testbed.core.errors import SpecError
 from testbed.core.units import parse_duration
-from testbed.net.network import link_groups
 from testbed.plan.flows import plan_flows, resolve_addresses
 from testbed.plan.netplan import plan_network
 from testbed.plan.pings import off_path_switches, ping_targets
@@ -69,7 +68,7 @@ def test_multipath_topology_and_names():
     topo = build_topology(p.spec)
     assert {"client", "server", "router"} <= set(topo.hosts())
     assert topo_hosts(p.spec, topo) == ["client", "server"]
-    check_against_topology(p.spec, topo, link_groups)
+    check_against_topology(p.spec, topo)
     shape = topo.paths[1].shape
     assert (shape.bw_bps, shape.delay_s, shape.loss_pct) == (2_000_000, 0.03, 1.0)
     assert topo.paths[0].shape.queue_pkts == 50
@@ -79,7 +78,7 @@ def test_fattree_topology_and_link_check():
     p = plan(FAT)
     topo = build_topology(p.spec)
     assert len(topo.hosts()) == 16 and len(topo.switches()) == 20
-    check_against_topology(p.spec, topo, link_groups)
+    check_against_topology(p.spec, topo)
     assert topo.linkInfo("E0", "A0")["shape"] == LinkShape(
         bw_bps=10_000_000, delay_s=parse_duration("25us"), queue_pkts=100)
     plain = copy.deepcopy(FAT)
@@ -88,7 +87,7 @@ def test_fattree_topology_and_link_check():
     bad = copy.deepcopy(FAT)
     bad["schedule"][0]["link"] = "A0-E0"   # upper node first: not a link name
     with pytest.raises(SpecError, match=r"schedule\[0\].link"):
-        check_against_topology(plan(bad).spec, build_topology(plan(bad).spec), link_groups)
+        check_against_topology(plan(bad).spec, build_topology(plan(bad).spec))
 
 
 def test_custom_topology_is_imported():
@@ -104,8 +103,7 @@ def test_custom_topology_is_imported():
     data["topology"] = {"kind": "topologies.pair:PairTopo"}
     data["workload"][0]["dst"] = "h3"
     with pytest.raises(SpecError, match=r"workload\[0\].dst"):
-        check_against_topology(plan(data).spec, build_topology(plan(data).spec),
-                               link_groups)
+        check_against_topology(plan(data).spec, build_topology(plan(data).spec))
 
 
 def test_flows_from_every_workload_kind():
@@ -208,7 +206,7 @@ def test_custom_topology_must_be_a_topo_class_and_is_never_called_otherwise(kind
 
 def test_network_plan_holds_what_the_run_does():
     p = plan(MULTI)
-    np_ = plan_network(p, link_groups)
+    np_ = plan_network(p)
     assert (np_.run_id, np_.seed, np_.spec) == (p.run_id, p.seed, p.spec)
     assert np_.hosts == ("client", "server")
     assert sorted(f.flow_id for f in np_.flows) == ["down-0", "mp-0", "up-0", "up-1", "x-0"]
@@ -223,7 +221,7 @@ def test_network_plan_holds_what_the_run_does():
     bad = copy.deepcopy(MULTI)
     bad["schedule"][0]["link"] = "wlan"
     with pytest.raises(SpecError, match=r"schedule\[0\].link"):
-        plan_network(plan(bad), link_groups)
+        plan_network(plan(bad))
 
 
 def test_a_ping_leaves_out_the_other_paths_switches():
