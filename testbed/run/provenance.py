@@ -49,16 +49,29 @@ def parse_dpkg_status(text: str, packages: tuple[str, ...] = DEB_PACKAGES) -> di
 
 
 def git_revision(repo: Path) -> str | None:
-    """The checked-out commit, read from ``.git`` without running git (fast in a VM)."""
+    """The checked-out commit, read from ``.git`` without running git (fast in a VM).
+
+    ``.git`` is a directory in a clone, and a ``gitdir: <path>`` file in a linked work
+    tree (``git worktree add``), whose branch refs live in the main repository
+    (``commondir``)."""
     git = repo / ".git"
     try:
+        if git.is_file():
+            text = git.read_text().strip()
+            if not text.startswith("gitdir: "):
+                return None
+            git = repo / text[len("gitdir: "):]
+        common = git
+        if (git / "commondir").is_file():
+            common = git / (git / "commondir").read_text().strip()
         head = (git / "HEAD").read_text().strip()
         if not head.startswith("ref: "):
             return head
         ref = head[5:]
-        if (git / ref).is_file():
-            return (git / ref).read_text().strip()
-        for line in (git / "packed-refs").read_text().splitlines():
+        for where in (git, common):
+            if (where / ref).is_file():
+                return (where / ref).read_text().strip()
+        for line in (common / "packed-refs").read_text().splitlines():
             if line.endswith(" " + ref):
                 return line.split(" ", 1)[0]
     except OSError:

@@ -21,3 +21,22 @@ def test_small_parsers(tmp_path):
     (tmp_path / ".git" / "packed-refs").write_text("# pack\ndef456 refs/heads/main\n")
     assert git_revision(tmp_path) == "def456"
     assert git_revision(tmp_path / "nope") is None
+
+
+def test_git_revision_of_a_linked_work_tree(tmp_path):
+    """``git worktree add``: .git is a ``gitdir:`` file; the branch ref is in the main repo."""
+    main = tmp_path / "repo" / ".git"
+    (main / "refs" / "heads").mkdir(parents=True)
+    (main / "refs" / "heads" / "topic").write_text("0123abcd\n")
+    linked = main / "worktrees" / "wt"
+    linked.mkdir(parents=True)
+    (linked / "HEAD").write_text("ref: refs/heads/topic\n")
+    (linked / "commondir").write_text("../..\n")
+    tree = tmp_path / "wt"
+    tree.mkdir()
+    (tree / ".git").write_text(f"gitdir: {linked}\n")
+    assert git_revision(tree) == "0123abcd"
+    (linked / "HEAD").write_text("fedcba98\n")  # detached
+    assert git_revision(tree) == "fedcba98"
+    (tree / ".git").write_text("not a gitdir line\n")
+    assert git_revision(tree) is None
