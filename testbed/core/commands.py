@@ -64,11 +64,13 @@ class Result:
 class CommandRunner:
     """Runs commands as argument lists, with timeouts, raising `CommandError` on failure.
 
-    dry_run: record commands without running them (for ``testbed run --dry-run``).
+    A `testbed.core.recording.RecordingRunner` records the same commands without running
+    them (``testbed run --dry-run``).
     """
 
-    def __init__(self, dry_run: bool = False, default_timeout: float = DEFAULT_TIMEOUT):
-        self.dry_run = dry_run
+    recording = False  # a RecordingRunner's is True
+
+    def __init__(self, default_timeout: float = DEFAULT_TIMEOUT):
         self.default_timeout = default_timeout
         self.transcript = Transcript()
         self._procs: list[Process] = []
@@ -90,10 +92,6 @@ class CommandRunner:
         full = in_namespace(argv, host)
         where = host.name if host is not None else "root"
         t0 = time.time()
-        if self.dry_run:
-            self.transcript.add(TranscriptEntry(t0, full, where, None, 0.0, kind="dry-run",
-                                                input=input, at=at))
-            return Result(full, 0, "", "", 0.0)
         tmo = self.default_timeout if timeout is None else timeout
         try:
             cp = subprocess.run(full, capture_output=True, text=True, timeout=tmo, input=input,
@@ -133,9 +131,6 @@ class CommandRunner:
         full = in_namespace(argv, host)
         where = host.name if host is not None else "root"
         t0 = time.time()
-        if self.dry_run:
-            self.transcript.add(TranscriptEntry(t0, full, where, None, 0.0, kind="dry-run"))
-            return 0
         try:
             # relay: a process tree (vng -> virtme-run -> qemu) in a group of its own, so
             # an interrupt stops all of it, not just its first process
@@ -186,10 +181,6 @@ class CommandRunner:
         full = in_namespace(argv, host)
         where = host.name if host is not None else "root"
         t0 = time.time()
-        if self.dry_run:
-            self.transcript.add(TranscriptEntry(t0, full, where, None, 0.0, kind="dry-run"))
-            popen = subprocess.Popen(["true"])
-            return Process(popen, full, where, self, None)
         logf = open(log, "ab") if log is not None else None  # noqa: SIM115
         outf = open(stdout, "wb") if stdout is not None else None  # noqa: SIM115
         try:

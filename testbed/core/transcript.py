@@ -45,7 +45,7 @@ class TranscriptEntry:
     where: str
     returncode: int | None
     duration: float
-    kind: str = "run"  # run | spawn | stop | dry-run | batch (a `BatchShell` started)
+    kind: str = "run"  # run | spawn | stop | batch (a `BatchShell` started)
     stderr_tail: str = ""
     input: str | None = None  # what was fed to stdin (``nft -f -``, ``tc -batch -``)
     at: float | None = None  # planned time on the run's clock (s), for scheduled commands

@@ -76,11 +76,6 @@ class BatchShells:
     def run(self, runner: CommandRunner, per_node: PerNode) -> None:
         """Run tc / ip commands through the nodes' batch shells (no fork per change),
         every shell at once.  per_node: {node name or "" for the root namespace: argvs}."""
-        if runner.dry_run:
-            for node, cmds in per_node.items():
-                for argv in cmds:
-                    runner.run(argv, host=self._node(node) if node else None)
-            return
         jobs = []
         for node, cmds in per_node.items():
             for tool in sorted({c[0] for c in cmds}):
@@ -183,8 +178,6 @@ class LinkState:
             for eg in link.updown:
                 warm.setdefault((eg.namespace or None, "ip"), []).append(
                     ["ip", "link", "show", "dev", eg.intf])
-        if runner.dry_run:
-            return
         if events and not self._warmed:
             self._warm_kernel_paths(runner)
         for (node, tool), cmds in warm.items():

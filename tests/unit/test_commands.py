@@ -12,6 +12,7 @@ import pytest
 from testbed.core.batch import run_batches
 from testbed.core.commands import CommandRunner, in_parallel, which
 from testbed.core.errors import CommandError, CommandTimeout, MissingFeatureError
+from testbed.core.recording import RecordingRunner
 from testbed.core.transcript import in_namespace
 
 
@@ -79,12 +80,25 @@ def test_spawn_and_stop_only_own_process(tmp_path):
     assert kinds == ["spawn", "stop"]
 
 
-def test_dry_run_records_without_running(tmp_path):
-    r = CommandRunner(dry_run=True)
+def test_a_recording_runner_records_without_running(tmp_path):
+    r = RecordingRunner(lambda argv, where, input: "v" if argv[0] == "sysctl" else "")
     marker = tmp_path / "x"
-    r.run(["touch", str(marker)], host=FakeHost())
-    assert not marker.exists()
-    assert r.transcript.entries[0].kind == "dry-run"
+    assert r.run(["touch", str(marker)], host=FakeHost()).stdout == ""
+    assert r.run(["sysctl", "-n", "a.b"]).stdout == "v"
+    p = r.spawn(["sleep", str(marker)], host=FakeHost())
+    assert p.running() and r.running() == [p]
+    sh = r.batch_shell("tc", FakeHost())
+    sh.run([["tc", "qdisc", "show"], ["tc", "class", "show"]])
+    assert p.wait() == 0 and not p.running()
+    p.stop()
+    sh.stop()
+    assert not marker.exists() and r.running() == []
+    got = [(e.kind, e.argv[3:]) for e in r.transcript.entries]
+    assert got == [("run", ["touch", str(marker)]), ("run", []),
+                   ("spawn", ["sleep", str(marker)]),
+                   ("batch", ["tc", "-force", "-batch", "-"]),
+                   ("run", ["tc", "qdisc", "show"]), ("run", ["tc", "class", "show"]),
+                   ("stop", ["sleep", str(marker)]), ("stop", ["tc", "-force", "-batch", "-"])]
     assert "mnexec -a 4242 touch" in r.transcript.as_shell()
 
 

@@ -1,12 +1,14 @@
 """A network's whole life (start, schedule events, nft tables, end_run, begin_run, stop)
 through a dry runner, with a stand-in for Mininet's network object: the commands, their
 order and input, and the calls to Mininet and the controller are those in
-``tests/data/network/life.txt`` (recorded before `Network` was split into parts).
+``tests/data/network/life.txt`` (recorded before `Network` was split into parts, again
+when the dry run became a recording of the real path: batch shells, no unrecorded queries).
 Regenerate with ``TESTBED_REGEN_GOLDEN=1`` only for an intended change."""
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -14,6 +16,7 @@ import mininet.net
 import mininet.node
 
 from testbed.core.commands import CommandRunner, Result
+from testbed.core.recording import RecordingRunner
 from testbed.net import bringup, hoststate
 from testbed.net.network import Network
 from testbed.plan.links import planned_links
@@ -76,12 +79,12 @@ def fake_mininet(calls: list[str]) -> type:
     return FakeMininet
 
 
-class OVSAnswers(CommandRunner):
+class OVSAnswers(RecordingRunner):
     """A dry runner that answers ``ovs-vsctl list-br`` (no bridge before the start, every
     switch after) and ``ovs-vsctl --version``."""
 
     def __init__(self, switches: list[str], started: bool = False):
-        super().__init__(dry_run=True)
+        super().__init__()
         self.switches, self.started = switches, started
 
     def run(self, argv, **kw) -> Result:
@@ -121,7 +124,7 @@ class Controller:
 
 
 def lines(title: str, runner: CommandRunner, calls: list[str]) -> list[str]:
-    """The transcript and the calls, machine-independent (CPU mask, sysctl names)."""
+    """The transcript and the calls, machine-independent (CPU mask, sysctl names, pid)."""
     out = [f"== {title}"]
     for e in runner.transcript.entries:
         argv = list(e.argv)
@@ -129,7 +132,8 @@ def lines(title: str, runner: CommandRunner, calls: list[str]) -> list[str]:
             argv[argv.index("rps") + 1] = "MASK"
         if "testbed-hoststate" in argv:
             argv = [*argv[:argv.index("testbed-hoststate") + 1], "KEYS"]
-        out.append(f"{e.kind} {e.where} at={e.at} {argv!r} input={e.input!r}")
+        line = f"{e.kind} {e.where} at={e.at} {argv!r} input={e.input!r}"
+        out.append(re.sub(r"tbw\d+", "tbwPID", line))  # the warm-up veth is named by pid
     out += [f"call {c}" for c in calls]
     calls.clear()
     return out
