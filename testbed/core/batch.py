@@ -113,9 +113,10 @@ class BatchShell:
         return first, self._line, t0
 
     def _collect(self, cmds: Sequence[Sequence[str]], first: int, sentinel: int, t0: float,
-                 deadline: float) -> float:
+                 deadline: float, at: float | None = None) -> float:
         """Read the shell's reports up to the sentinel (the caller holds the lock), record
-        cmds in the transcript; return the time the sentinel was seen."""
+        cmds in the transcript (at: the time on the run's clock they were planned for);
+        return the time the sentinel was seen."""
         import select
 
         popen = self.process.popen
@@ -148,7 +149,7 @@ class BatchShell:
             rc = 1 if first + i in failed else 0
             self._runner.transcript.add(TranscriptEntry(
                 t0, in_namespace(argv, self.host), self._where, rc, dur,
-                stderr_tail=failed.get(first + i, "")[-STDERR_TAIL:]))
+                stderr_tail=failed.get(first + i, "")[-STDERR_TAIL:], at=at))
         for i, argv in enumerate(cmds):
             if first + i in failed:
                 raise CommandError(in_namespace(argv, self.host), 1,
@@ -165,11 +166,12 @@ class BatchShell:
 
 
 def run_batches(jobs: Sequence[tuple[BatchShell, Sequence[Sequence[str]]]],
-                timeout: float = 10.0) -> float:
+                timeout: float = 10.0, at: float | None = None) -> float:
     """Execute each (shell, cmds) job, all shells working at once: every job is written
     before any answer is awaited, so a change spanning several namespaces costs one
     round trip, not one per namespace.  Returns the wall time when the last command had
-    been executed.  Raises as `BatchShell.run` does (the first failing job, in order)."""
+    been executed (at: the run-clock time they were planned for, for the transcript).
+    Raises as `BatchShell.run` does (the first failing job, in order)."""
     shells = sorted({id(sh): sh for sh, _ in jobs}.values(), key=id)  # one lock order
     if len(shells) != len(jobs):
         raise ValueError("one job per batch shell")
@@ -189,7 +191,7 @@ def run_batches(jobs: Sequence[tuple[BatchShell, Sequence[Sequence[str]]]],
         done = 0.0
         for sh, cmds, first, sentinel, t0 in sent:
             try:  # read every shell to its sentinel, even after a failure
-                done = max(done, sh._collect(cmds, first, sentinel, t0, deadline))
+                done = max(done, sh._collect(cmds, first, sentinel, t0, deadline, at))
             except CommandError as exc:
                 error = error or exc
         if error is not None:

@@ -39,6 +39,22 @@ def recording(runner: object) -> bool:
     return bool(getattr(runner, "recording", False))
 
 
+class RecordedPopen:
+    """What callers read of a `subprocess.Popen`: its exit status (0 once finished)."""
+
+    def __init__(self, process: RecordedProcess):
+        self._process = process
+        self.pid = RECORDED_PID
+        self.stdin = self.stdout = self.stderr = None
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self._process.running() else 0
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+
 class RecordedProcess:
     """A background process of a dry run: it runs until `stop`, and has finished (exit
     status 0) as soon as something waits for it.  Same interface as
@@ -50,6 +66,7 @@ class RecordedProcess:
         self._runner = runner
         self._done = False
         self._stopped = False
+        self.popen = RecordedPopen(self)
 
     @property
     def pid(self) -> int:
@@ -101,10 +118,10 @@ class RecordedBatchShell(BatchShell):
         return first, self._line, time.time()
 
     def _collect(self, cmds: Sequence[Sequence[str]], first: int, sentinel: int, t0: float,
-                 deadline: float) -> float:
+                 deadline: float, at: float | None = None) -> float:
         for argv in cmds:
             self._runner.transcript.add(TranscriptEntry(
-                t0, in_namespace(argv, self.host), self._where, 0, 0.0))
+                t0, in_namespace(argv, self.host), self._where, 0, 0.0, at=at))
         return time.time()
 
     def stop(self) -> None:

@@ -83,7 +83,9 @@ class Transcript:
                     continue
                 if e.at is not None and e.at != at:
                     lines.append(f"# at t = {e.at:g}s on the run's clock (after its start):")
-                at = e.at if e.at is not None else at
+                elif e.at is None and at is not None:
+                    lines.append("# (not on the schedule:)")
+                at = e.at
                 lines.extend(shell_lines(e))
         return "\n".join(lines) + "\n"
 

@@ -38,6 +38,7 @@ from testbed.core.capture_counts import shortfall
 from testbed.core.commands import CommandRunner, in_parallel
 from testbed.core.errors import InputError, RunError
 from testbed.core.process import Process
+from testbed.core.recording import recording
 from testbed.core.transcript import Namespaced
 
 DEFAULT_SNAPLEN = 128
@@ -158,15 +159,18 @@ class Capture:
         return None if short is None else short[1]
 
     def start(self, timeout: float = READY_TIMEOUT_S) -> None:
-        """Start tcpdump and wait until it captures."""
+        """Start tcpdump and wait until it captures (not in a dry run)."""
         self.spawn()
-        _wait_ready([self], timeout)
+        if not recording(self.runner):
+            _wait_ready([self], timeout)
 
     def stop(self, settle: float = SETTLE_S, limit: float = SETTLE_LIMIT_S
              ) -> dict[str, int | None]:
         """Let tcpdump catch up (its file stops growing for ``settle`` seconds, at most
         ``limit``), then SIGINT it (it closes the file cleanly); return its packet counts."""
         if self.proc is not None:
+            if recording(self.runner):  # a dry run: tcpdump wrote nothing
+                settle = 0
             if settle > 0:  # (a `CaptureSet` drains all its captures at once first)
                 drain([self])
             _settle([self.path], settle, limit)
@@ -277,13 +281,15 @@ class CaptureSet:
         """Start every capture and return once all are listening."""
         for c in self.captures:
             c.spawn()
-        _wait_ready(self.captures, timeout)
+        if not recording(self.runner):
+            _wait_ready(self.captures, timeout)
 
     def stop(self) -> dict[str, dict[str, int | None]]:
         """Stop every capture once all have caught up; stats per pcap file name."""
         running = [c for c in self.captures if c.proc is not None]
-        drain(running)
-        _settle([c.path for c in running], SETTLE_S, SETTLE_LIMIT_S)
+        if not recording(self.runner):
+            drain(running)
+            _settle([c.path for c in running], SETTLE_S, SETTLE_LIMIT_S)
         # SIGINT to all, each then waited for (a fat-tree run captures on 16 hosts)
         caps = list(self.captures)
         for c, st in zip(caps, in_parallel(lambda c: c.stop(settle=0), caps,

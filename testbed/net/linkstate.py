@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -73,16 +74,17 @@ class BatchShells:
             self._shells[key] = shell
         return shell
 
-    def run(self, runner: CommandRunner, per_node: PerNode) -> None:
+    def run(self, runner: CommandRunner, per_node: PerNode, at: float | None = None) -> None:
         """Run tc / ip commands through the nodes' batch shells (no fork per change),
-        every shell at once.  per_node: {node name or "" for the root namespace: argvs}."""
+        every shell at once.  per_node: {node name or "" for the root namespace: argvs};
+        at: the run-clock time a schedule planned them for (kept in the transcript)."""
         jobs = []
         for node, cmds in per_node.items():
             for tool in sorted({c[0] for c in cmds}):
                 jobs.append((self.shell(runner, node or None, tool),
                              [c for c in cmds if c[0] == tool]))
         if jobs:
-            run_batches(jobs)
+            run_batches(jobs, at=at)
 
     def stop(self) -> None:
         """Stop every shell."""
@@ -123,25 +125,29 @@ class LinkState:
         return self.links[name]
 
     # -- changes ----------------------------------------------------------------------
-    def set_shape(self, runner: CommandRunner, name: str, shape: LinkShape) -> None:
-        """Change the named link to shape with ``tc qdisc change`` (no re-creation)."""
+    def set_shape(self, runner: CommandRunner, name: str, shape: LinkShape,
+                  at: float | None = None) -> None:
+        """Change the named link to shape with ``tc qdisc change`` (no re-creation); at:
+        the schedule's time for it, if any."""
         link = self.link(name)
         with self._lock:
             per_node: PerNode = {}
             for eg in link.egress:
                 per_node.setdefault(eg.namespace, []).extend(
                     sh.change_commands(eg.intf, link.shape, shape))
-            self._shells.run(runner, per_node)
+            self._shells.run(runner, per_node, at)
             link.shape = shape
 
-    def set_up(self, runner: CommandRunner, name: str, up: bool) -> None:
-        """Take the named link down or bring it back (``ip link set``)."""
+    def set_up(self, runner: CommandRunner, name: str, up: bool,
+               at: float | None = None) -> None:
+        """Take the named link down or bring it back (``ip link set``); at: as in
+        `set_shape`."""
         link = self.link(name)
         with self._lock:
             per_node: PerNode = {}
             for eg in link.updown:
                 per_node.setdefault(eg.namespace, []).append(sh.link_state_command(eg.intf, up))
-            self._shells.run(runner, per_node)
+            self._shells.run(runner, per_node, at)
             link.up = up
 
     def apply(self, runner: CommandRunner, event: ScheduleEvent) -> None:
@@ -149,9 +155,9 @@ class LinkState:
         link = self.link(event.link)
         new = event.apply_to(link.shape)
         if new != link.shape:
-            self.set_shape(runner, event.link, new)
+            self.set_shape(runner, event.link, new, at=event.at)
         if event.up is not None and event.up != link.up:
-            self.set_up(runner, event.link, event.up)
+            self.set_up(runner, event.link, event.up, at=event.at)
 
     def restore_configured(self, runner: CommandRunner) -> None:
         """Give every link that a schedule changed its configured shape and state back."""
@@ -188,12 +194,18 @@ class LinkState:
                 self._schedule_shells.append(shell)
 
     def play(self, apply: Callable[[ScheduleEvent], None], events: Sequence[ScheduleEvent],
-             t0: float, log: Path | None) -> SchedulePlayer:
+             t0: float, log: Path | None, at_once: bool = False) -> SchedulePlayer:
         """Start a `SchedulePlayer` that calls apply with each event at ``t0 + at``
-        (`prepare_schedule` first); it is stopped by `stop_players`."""
-        player = SchedulePlayer(apply, events, t0, log)
+        (`prepare_schedule` first); it is stopped by `stop_players`.  at_once: a dry run:
+        every event is due now, and they are applied, in order, before this returns."""
+        end = t0 + max((e.at for e in events), default=0.0) + 1.0
+        player = SchedulePlayer(apply, events, t0, log,
+                                clock=(lambda: end) if at_once else time.time)
         self._players.append(player)
-        return player.start()
+        player.start()
+        if at_once:
+            player.join()
+        return player
 
     def stop_players(self) -> None:
         """Stop every schedule player, then every batch shell."""

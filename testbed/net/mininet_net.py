@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from testbed.core.commands import CommandRunner
 from testbed.core.errors import MissingFeatureError
+from testbed.core.recording import recording
 from testbed.net.nettypes import ControllerHook, MnNet
 
 if TYPE_CHECKING:
@@ -80,6 +81,9 @@ def prepare_ovs(runner: CommandRunner, topo: Topo) -> None:
     10 s.  Sets Mininet's class-wide OVS version (``ovs-vsctl --version``)."""
     from mininet.node import OVSSwitch
 
+    if topo.switches() and recording(runner):
+        runner.run(["ovs-vsctl", "--version"])  # as a real run's first network asks
+        return
     if topo.switches() and not OVSSwitch.isSetup:
         found = re.findall(r"\d+\.\d+", runner.run(["ovs-vsctl", "--version"]).stdout)
         if not found:
@@ -94,13 +98,18 @@ def make_mininet(runner: CommandRunner, topo: Topo, controller: ControllerHook |
     """Mininet's network for topo, not built yet (nothing exists until ``build()``).
 
     runner: runs the OVS version check; controller: None (standalone switches) or the
-    hook whose ``port`` (default 6653) the switches connect to."""
+    hook whose ``port`` (default 6653) the switches connect to.  With a recording runner
+    (a dry run) a `testbed.net.recorded_mininet.RecordedMininet`."""
+    prepare_ovs(runner, topo)
+    if recording(runner):  # a dry run: nothing may be made
+        from testbed.net.recorded_mininet import RecordedMininet
+
+        return RecordedMininet(topo)
     from mininet.link import Link
     from mininet.net import Mininet
 
     from testbed.net.mininet_nodes import QuickHost, QuickIntf
 
-    prepare_ovs(runner, topo)
     mn = Mininet(topo=topo, switch=switch_class(controller), host=QuickHost,
                  link=Link, intf=QuickIntf, controller=None, build=False,
                  autoSetMacs=True, cleanup=False, waitConnected=False)

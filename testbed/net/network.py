@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING
 
 from testbed.core.commands import CommandRunner
 from testbed.core.errors import InputError, RunError
+from testbed.core.recording import recording
 from testbed.net import bringup, nftables
 from testbed.net.cleanup import keep_ovs_state
 from testbed.net.hoststate import HostBaseline, cold_cache_commands
@@ -299,7 +300,7 @@ class Network:
         if log is None and self.workdir is not None:
             log = self.workdir / "samples" / "events.jsonl"
         return self.link_state.play(self.apply, events, time.time() if t0 is None else t0,
-                                    log)
+                                    log, at_once=recording(self.runner))
 
     def add_nft_table(self, family: str, name: str, body: str) -> None:
         """Create an nftables table (recorded, deleted at stop).

@@ -1,170 +1,125 @@
-"""``testbed run --dry-run``: the commands a run would execute, recorded without root.
+"""``testbed run --dry-run``: the commands a run would execute, from the real code path.
 
-`dry_run_commands` feeds the run's plan (`testbed.plan.netplan`) to the same command
-builders a run uses (shaping, transport, MPTCP, captures, samplers, flow tools, pings,
-the controller, the link schedule) and records them with a dry-run `CommandRunner`.
-Mininet's own node and veth creation is not listed (Mininet does it itself).
+`dry_run_commands` carries the run out with `testbed.run.execute.execute_run`, the code
+every real run goes through, and a `testbed.core.recording.RecordingRunner`: the
+network, the controller, the transport set-up, captures, samplers, flow tools, pings and
+the link schedule issue their commands as in a real run, and the runner records them
+and executes none (no root needed, nothing is made).  Mininet's own node and veth
+creation is not listed, as it is not in a real run's transcript; nor are the queries a
+real run does not record (their answers come from `SystemAnswers`).  The bundle the run
+writes goes to a temporary folder; paths in the commands name the run's real folder.
+
+A real run's transcript lists the same commands (`tests/integration/test_dry_run_real.py`
+compares them), apart from process ids, times and what a real run's timing decides: a
+flow that ends early with ``stop_when_done``, a capture that needs draining.
 """
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from testbed.core.commands import CommandRunner
-from testbed.plan.netplan import NetworkPlan, plan_network
-from testbed.run.execute import CONTROLLER_PORT
+from testbed.core.recording import RecordingRunner
+from testbed.core.transcript import Transcript, TranscriptEntry
+from testbed.results.bundle import Bundle
+from testbed.run.execute import execute_run
 from testbed.spec.model import CustomTopology
 from testbed.spec.sweep import RunPlan
 
-if TYPE_CHECKING:
-    from mininet.topo import Topo
+OVS_VERSION = "ovs-vsctl (Open vSwitch) 3.1.0"
 
 
-class _FakeHost:
-    """Stands in for a Mininet host in a dry run (commands print ``# in <name>``)."""
+class SystemAnswers:
+    """What a dry run's commands print, so that the code after them takes a real run's
+    path: sysctls read back as written (else as this machine has them), the OVS bridges
+    (none before the network starts, all of them after), the nftables tables made.
 
-    def __init__(self, name: str):
-        self.name = name
-        self.pid = 0
-
-
-def dry_run_commands(run: RunPlan, run_dir: Path) -> CommandRunner:
-    """The commands the first run would execute, recorded by a dry-run runner (no root).
-
-    run: the run; run_dir: where its bundle would be (paths in the commands).
-    Mininet's own node and veth creation is not listed (Mininet does it itself).
+    switches: the topology's switch names.
     """
-    from testbed.host.capture import tcpdump_argv
-    from testbed.host.mptcp import HostInterface, plan_mptcp
-    from testbed.host.sampler import ss_argv
-    from testbed.host.traffic.flows import assign_ports, client_argv, server_argv
-    from testbed.host.traffic.ping import ping_argv
-    from testbed.host.transport import buffer_sysctls, check_sysctls, sysctl_write_argv
-    from testbed.net import shaping as sh
-    from testbed.plan.flows import flow_sender_hosts
-    from testbed.plan.links import link_groups
 
-    exp = run.spec
-    run_dir = Path(run_dir)
-    runner = CommandRunner(dry_run=True)
-    if isinstance(exp.topology, CustomTopology):
-        return runner  # a custom topology is code: a dry run neither imports nor builds it
-    plan = plan_network(run)
-    topo = plan.topo
-    fake = {h: _FakeHost(h) for h in topo.hosts()}
-    switches = set(topo.switches())
-    _dry_run_controller(runner, plan, run_dir)
-    for link in link_groups(topo).values():
-        for eg in link.egress:
-            for argv in sh.setup_commands(eg.intf, link.shape):
-                runner.run(argv, host=fake[eg.node] if eg.node not in switches else None)
-    for host, argv in getattr(topo, "setup_commands", list)():
-        runner.run(argv, host=fake[host])
-    ts = plan.transport
-    for h in plan.hosts:
-        values = {"net.ipv4.tcp_congestion_control": exp.transport.cc,
-                  **buffer_sysctls(ts.rmem, ts.wmem), **check_sysctls(ts.sysctl)}
-        for key, value in values.items():
-            runner.run(sysctl_write_argv(key, value), host=fake[h])
-        if ts.protocol == "mptcp":
-            ifaces = _topo_interfaces(topo, h)
-            for step in plan_mptcp(ts, [HostInterface(n, a) for n, a in ifaces],
-                                   plan.roles[h],
-                                   bool(getattr(topo, "server_multihomed", False))):
-                runner.run(list(step.argv), host=fake[h])
-    for h, intf in plan.captures:
-        runner.spawn(tcpdump_argv(intf, run_dir / "pcap" / f"{h}-{intf}.pcap",
-                                  exp.capture.snaplen), host=fake[h])
-    if exp.sampler.enabled:
-        for h in exp.sampler.hosts or flow_sender_hosts(plan.flows):
-            runner.run(ss_argv(), host=fake[h])
-    flows, servers = assign_ports(plan.flows)
-    logs = run_dir / "logs"
-    for (h, proto), port in servers.items():
-        role = "sink" if proto == "udp" else "server"
-        runner.spawn(server_argv(port, proto, logs / f"flowtool-{role}-{h}-{port}.jsonl"),
-                     host=fake[h])
-    for src in sorted({f.src for f in flows}):
-        runner.spawn(client_argv(logs / f"flows-{src}.json", logs / f"flows-{src}.jsonl",
-                                 0.0), host=fake[src])
-    for p in plan.pings:
-        runner.spawn(ping_argv(p.dst_addr, interval=p.interval, count=p.count,
-                               duration=p.duration, size=p.size, bind=p.bind),
-                     host=fake[p.host])
-    _dry_run_schedule(runner, plan, fake)
+    def __init__(self, switches: list[str]):
+        self.switches = switches
+        self.sysctl: dict[tuple[str, str], str] = {}
+        self.tables: set[tuple[str, str]] = set()
+        self.bridges_asked = False
+
+    def __call__(self, argv: list[str], where: str, input: str | None) -> str:
+        if argv[:1] == ["sysctl"]:
+            return self._sysctl(argv[1:], where)
+        if argv == ["ovs-vsctl", "--version"]:
+            return OVS_VERSION + "\n"
+        if argv == ["ovs-dpctl", "show"]:
+            return "system@ovs-system:\n  lookups: hit:0 missed:0 lost:0\n"
+        if "list-br" in argv:  # the first time before the bridges exist, then after
+            out = "\n".join(self.switches) if self.bridges_asked else ""
+            self.bridges_asked = True
+            return out
+        if argv == ["nft", "list", "tables"]:
+            return "".join(f"table {f} {n}\n" for f, n in sorted(self.tables))
+        if argv[:2] == ["nft", "-f"] and input:
+            for line in input.splitlines():
+                words = line.split()
+                if len(words) >= 3 and words[0] == "table":
+                    self.tables.add((words[1], words[2]))
+                elif len(words) >= 4 and words[:2] == ["delete", "table"]:
+                    self.tables.discard((words[2], words[3]))
+        return ""
+
+    def _sysctl(self, args: list[str], where: str) -> str:
+        if "-w" in args:
+            for a in args:
+                if "=" in a:
+                    key, value = a.split("=", 1)
+                    self.sysctl[(where, key)] = value
+            return ""
+        keys = [a for a in args if not a.startswith("-")]
+        return "".join(self._read(where, k) + "\n" for k in keys)
+
+    def _read(self, where: str, key: str) -> str:
+        if (where, key) in self.sysctl:
+            return self.sysctl[(where, key)]
+        try:  # this machine's value (a file read; the key is a spec-checked sysctl name)
+            return (Path("/proc/sys") / key.replace(".", "/")).read_text().strip()
+        except OSError:
+            return ""
+
+
+def dry_run_commands(run: RunPlan, run_dir: Path, keep: bool = True) -> CommandRunner:
+    """The commands the run would execute, recorded by executing its real code path.
+
+    run: the run; run_dir: where its bundle would be (paths in the commands name it);
+    keep: as ``testbed run`` without ``--fresh-networks`` (a network that may serve the
+    next run takes a baseline of its hosts' state).  The transcript holds what the run's
+    own transcript would: the final stop of a kept network, after the last run, is not
+    part of it.  A custom topology is code: a dry run neither imports nor builds it (no
+    commands).
+    """
+    if isinstance(run.spec.topology, CustomTopology):
+        return RecordingRunner()
+    from testbed.plan.topology import build_topology
+    from testbed.run.reuse import NetworkKeeper
+
+    runner = RecordingRunner(SystemAnswers(list(build_topology(run.spec).switches())))
+    with tempfile.TemporaryDirectory(prefix="testbed-dry-run-") as tmp:
+        bundle = Bundle(Path(tmp) / run.run_id)
+        bundle.create()
+        meta: dict[str, object] = {}
+        with NetworkKeeper(keep=keep, state_dir=Path(tmp)) as keeper:
+            execute_run(run, bundle, meta, lambda _phase: None, keeper=keeper,
+                        analyze=False, runner=runner)
+            entries = len(runner.transcript.entries)
+        runner.transcript = _moved(runner.transcript, entries, str(bundle.root),
+                                   str(Path(run_dir)))
     return runner
 
 
-def _dry_run_schedule(runner: CommandRunner, plan: NetworkPlan,
-                      fake: dict[str, _FakeHost]) -> None:
-    """The schedule's link changes as `Network.apply` makes them at their times: per event
-    and namespace one ``tc -force -batch -`` for shape changes, then one ``ip -force
-    -batch -`` for down/up, each with its input (what the batch shells are sent)."""
-    from testbed.core.batch import batch_text
-    from testbed.net import shaping as sh
-    from testbed.plan.links import link_groups
-
-    links = link_groups(plan.topo)
-    shapes = {name: link.shape for name, link in links.items()}
-    up = dict.fromkeys(links, True)
-    for ev in plan.events:
-        link = links[ev.link]
-        new = ev.apply_to(shapes[ev.link])
-        jobs: list[tuple[str, str, list[list[str]]]] = []  # (tool, node, commands)
-        if new != shapes[ev.link]:
-            per_node: dict[str, list[list[str]]] = {}
-            for eg in link.egress:
-                per_node.setdefault(eg.node if eg.in_namespace else "", []).extend(
-                    sh.change_commands(eg.intf, shapes[ev.link], new))
-            jobs += [("tc", node, cmds) for node, cmds in per_node.items()]
-            shapes[ev.link] = new
-        if ev.up is not None and ev.up != up[ev.link]:
-            per_node = {}
-            for eg in link.updown:
-                per_node.setdefault(eg.node if eg.in_namespace else "", []).append(
-                    sh.link_state_command(eg.intf, ev.up))
-            jobs += [("ip", node, cmds) for node, cmds in per_node.items()]
-            up[ev.link] = ev.up
-        for tool, node, cmds in jobs:
-            runner.run([tool, "-force", "-batch", "-"], input=batch_text(cmds),
-                       host=fake[node] if node else None, at=ev.at)
-
-
-def _dry_run_controller(runner: CommandRunner, plan: NetworkPlan, run_dir: Path) -> None:
-    """The controller's command line and (spray) its nftables tables, as a run makes them."""
-    kind = plan.spec.controller_kind()
-    if kind == "none":
-        return
-    import sys
-
-    from controllers.launcher import controller_argv
-    from controllers.paths import compute_routes
-    from controllers.registry import canonical_app
-    from controllers.rules import spray_nft_script
-
-    app = canonical_app(kind)
-    log = run_dir / "logs" / "controller.log"
-    runner.spawn(controller_argv(sys.executable, app, CONTROLLER_PORT,
-                                 log.with_name(log.name + ".layout.json"),
-                                 log.with_name(log.name + ".status.jsonl")))
-    if app == "spray":
-        layout = plan.topo.layout  # a controller runs on a fat-tree only
-        routes = compute_routes(layout)
-        for sw in layout.switches:
-            script = spray_nft_script(routes, sw.name)
-            if script is not None:
-                runner.run(["nft", "-f", "-"], input=script)
-
-
-def _topo_interfaces(topo: Topo, host: str) -> list[tuple[str, str]]:
-    """(interface, address) of host from the topology's link options."""
-    out = []
-    for n1, n2, info in topo.links(sort=True, withInfo=True):
-        for node, port, params in ((n1, info.get("port1"), info.get("params1")),
-                                   (n2, info.get("port2"), info.get("params2"))):
-            ip = (params or {}).get("ip")
-            if node == host and ip:
-                out.append((f"{node}-eth{port}", str(ip).split("/")[0]))
-    return sorted(out)
-
+def _moved(transcript: Transcript, count: int, old: str, new: str) -> Transcript:
+    """The first count entries of transcript, every path under old named under new."""
+    out = Transcript()
+    for e in transcript.entries[:count]:
+        out.add(TranscriptEntry(
+            e.t_wall, [a.replace(old, new) for a in e.argv], e.where, e.returncode,
+            e.duration, kind=e.kind, stderr_tail=e.stderr_tail,
+            input=None if e.input is None else e.input.replace(old, new), at=e.at))
+    return out

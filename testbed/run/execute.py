@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from testbed.core.commands import CommandRunner, in_parallel
 from testbed.core.errors import RunError, TestbedError
+from testbed.core.recording import recording
 from testbed.core.safefiles import atomic_write_text
 from testbed.plan.flows import flow_sender_hosts, workload_seeds
 from testbed.plan.netplan import NetworkPlan, plan_network
@@ -116,7 +117,8 @@ def _finite(value: Any) -> Any:
 
 
 def execute_run(run: RunPlan, bundle: Bundle, meta: dict[str, Any], phase: Phase,
-                keeper: NetworkKeeper | None = None, analyze: bool = True) -> dict[str, Any]:
+                keeper: NetworkKeeper | None = None, analyze: bool = True,
+                runner: CommandRunner | None = None) -> dict[str, Any]:
     """Run one plan into bundle; fill meta; return the headline metrics.
 
     run: one run of a sweep; bundle: its (created) folder; meta: the run's metadata
@@ -125,10 +127,13 @@ def execute_run(run: RunPlan, bundle: Bundle, meta: dict[str, Any], phase: Phase
     for the next run (None: the run builds and stops its own); analyze: False leaves the
     analysis to `testbed.results.bundle.finish_deferred` later (inside the testbed VM,
     whose software emulation makes it ~10x slower than on the host) and returns no
-    headline.  Everything else started here is stopped before this returns or raises.
+    headline; runner: the run's `CommandRunner` (a
+    `testbed.core.recording.RecordingRunner` for a dry run, `testbed.run.dryrun`: then
+    nothing is executed, waited for or judged).  Everything else started here is stopped
+    before this returns or raises.
     """
 
-    runner = CommandRunner()
+    runner = runner or CommandRunner()
     tl = _Timeline(phase)
     meta["timing"] = tl.times
     try:
@@ -144,6 +149,8 @@ def execute_run(run: RunPlan, bundle: Bundle, meta: dict[str, Any], phase: Phase
         atomic_write_text(bundle.transcript_path, runner.transcript.to_jsonl())
         atomic_write_text(bundle.root / "commands.sh", runner.transcript.as_shell())
         tl.enter("done")
+    if recording(runner):
+        return {}  # a dry run: nothing ran, so there is nothing to judge or analyse
     problems = _problems(plan, bundle, meta)
     if problems:
         meta["problems"] = problems
@@ -221,7 +228,8 @@ def _run_network(plan: NetworkPlan, bundle: Bundle, meta: dict[str, Any],
                     s.start()
                     samplers.append(s)
             net.prepare_schedule(plan.events)  # slow under emulation: before t0 is fixed
-            meta["readiness"].update(wait_quiet())  # ... and so is everything above
+            if not recording(runner):
+                meta["readiness"].update(wait_quiet())  # ... and so is everything above
             lost_before = dp_lost(runner, net)
             drops_before = qdisc_drops(runner)
             monitor = Monitor(net.monitor_links()).start()
@@ -238,7 +246,8 @@ def _run_network(plan: NetworkPlan, bundle: Bundle, meta: dict[str, Any],
                 name=p.name, src=p.src, dst=p.dst, path=p.path,
                 interval=p.interval, count=p.count, duration=p.duration,
                 size=p.size, bind=p.bind)) for p in plan.pings]
-            meta["ended_early"] = _traffic(exp, net, t0, flow_run, ping_runs)
+            meta["ended_early"] = _traffic(exp, net, t0, flow_run, ping_runs,
+                                           wait=not recording(runner))
             meta["t_traffic_end"] = time.time()
             tl.enter("teardown")
         finally:
@@ -270,10 +279,17 @@ def _run_network(plan: NetworkPlan, bundle: Bundle, meta: dict[str, Any],
 
 
 def _traffic(exp: Experiment, net: Network, t0: float, flow_run: FlowRun | None,
-             ping_runs: list[tuple[float, PingRun]]) -> bool:
-    """Wait out the run, starting pings on time; True when it ended early (all done)."""
+             ping_runs: list[tuple[float, PingRun]], wait: bool = True) -> bool:
+    """Wait out the run, starting pings on time; True when it ended early (all done).
+
+    wait: False in a dry run: the pings start at once, in their order, and nothing is
+    waited for."""
     end = t0 + exp.duration
     pending = sorted(ping_runs, key=lambda p: p[0])
+    if not wait:
+        for _start, ping in pending:
+            ping.start()
+        return False
     finite_flows = flow_run is not None and all(
         f.size_bytes is not None or f.duration_s is not None for f in flow_run.flows)
     while True:

@@ -6,14 +6,17 @@ import copy
 
 from test_plan import FAT, MULTI, plan
 
+from testbed.core.recording import RecordingRunner
 from testbed.run.dryrun import dry_run_commands
 
 
 def test_dry_run_records_the_commands_without_running_them(tmp_path):
     p = plan(MULTI)
     runner = dry_run_commands(p, tmp_path / p.run_id)
+    assert isinstance(runner, RecordingRunner)
     kinds = {e.kind for e in runner.transcript.entries}
-    assert kinds == {"dry-run"}
+    assert kinds == {"run", "spawn", "stop", "batch"}  # as a real run records them
+    assert not (tmp_path / p.run_id).exists()  # nothing ran: no bundle, no capture file
     text = runner.transcript.as_shell()
     assert "tc qdisc add dev s2-eth1 root handle 1: netem" in text
     assert "# in client: mnexec -a 0 sysctl -q -w net.ipv4.tcp_congestion_control=reno" \

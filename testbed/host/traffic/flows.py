@@ -36,6 +36,7 @@ from typing import Any
 from testbed.core.commands import CommandRunner, in_parallel
 from testbed.core.errors import CommandTimeout, InputError, RunError
 from testbed.core.process import Process
+from testbed.core.recording import recording
 from testbed.core.safefiles import atomic_write_text
 from testbed.core.transcript import Namespaced
 from testbed.plan.flowspec import FlowSpec, base_record, dump_flows, read_records
@@ -183,8 +184,9 @@ class FlowRun:
                 client_argv(spec, out, self.go_file, self.python), host=self.hosts[src],
                 stdout=ready, log=self.logs_dir / f"flowtool-client-{src}.log", env=self.env)
             clients.append((self._clients[src], ready))
-        _wait_for_lines(self._servers, '"listening"', ready_timeout)
-        _wait_for_lines(clients, '"ready"', ready_timeout)
+        if not recording(self.runner):  # a dry run: nothing runs, nothing is waited for
+            _wait_for_lines(self._servers, '"listening"', ready_timeout)
+            _wait_for_lines(clients, '"ready"', ready_timeout)
         self.t0 = time.time() if t0 is None else t0
         atomic_write_text(self.go_file, repr(self.t0) + "\n")
 
