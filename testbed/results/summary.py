@@ -3,8 +3,8 @@
 One row per bundle (`run_row`): identity and status from the bundle itself, the phase
 times, the fidelity verdict (``fidelity*`` columns), the swept parameters (one column
 per dotted key, `param_column`) and the headline metrics.  ``summary.parquet`` is that
-table, rewritten atomically when a sweep ends or is interrupted (`write_summary`).  Its columns are declared
-in `testbed.results.columns` (table RUNS).
+table, rewritten atomically when a sweep ends or is interrupted (`write_summary`).  Its
+columns are declared in `testbed.results.columns` (table RUNS).
 """
 
 from __future__ import annotations

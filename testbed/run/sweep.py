@@ -2,8 +2,9 @@
 
 `run_sweep` resumes (a complete bundle is skipped, an unfinished one moved aside and
 redone), records a failed run and goes on, and marks the current run ``interrupted`` on
-Ctrl-C or SIGTERM; when the sweep ends or is interrupted it rewrites ``summary.parquet``.  `finish_deferred`
-does on the host the analysis of runs made inside the testbed VM.  What a bundle is and
+Ctrl-C or SIGTERM; when the sweep ends or is interrupted it rewrites
+``summary.parquet``.  `finish_deferred` does on the host the analysis of runs made
+inside the testbed VM.  What a bundle is and
 when it counts as complete: `testbed.results.bundle`.
 """
 
