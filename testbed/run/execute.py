@@ -11,7 +11,8 @@ Order (every step through one `CommandRunner`, whose transcript goes into the bu
                 (or until every finite workload is done, with ``stop_when_done``)
     teardown    workloads, samplers and captures stopped; tc/OVS/sysctl dumps; Network down
     analysis    `analysis.bundle.analyze_bundle` fills metrics/ and gives the headline
-                (or, with analyze=False, later on the host: `results.finish_deferred`)
+                (or, with analyze=False, later on the host:
+                `testbed.run.sweep.finish_deferred`)
 
 What the run does is computed before anything starts, in one `NetworkPlan`; this module
 only carries it out.  ``testbed run --dry-run`` lists the commands (`testbed.run.dryrun`).
@@ -125,7 +126,7 @@ def execute_run(run: RunPlan, bundle: Bundle, meta: dict[str, Any], phase: Phase
     (written by the caller); phase: called with the name of each phase; keeper: a
     `NetworkKeeper` that may hand over the previous run's network and keep this one's
     for the next run (None: the run builds and stops its own); analyze: False leaves the
-    analysis to `testbed.results.bundle.finish_deferred` later (inside the testbed VM,
+    analysis to `testbed.run.sweep.finish_deferred` later (inside the testbed VM,
     whose software emulation makes it ~10x slower than on the host) and returns no
     headline; runner: the run's `CommandRunner` (a
     `testbed.core.recording.RecordingRunner` for a dry run, `testbed.run.dryrun`: then

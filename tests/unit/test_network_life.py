@@ -80,8 +80,12 @@ def fake_mininet(calls: list[str]) -> type:
 
 
 class OVSAnswers(RecordingRunner):
-    """A dry runner that answers ``ovs-vsctl list-br`` (no bridge before the start, every
-    switch after) and ``ovs-vsctl --version``."""
+    """A runner that records and answers ``ovs-vsctl list-br`` (no bridge before the
+    start, every switch after) and ``ovs-vsctl --version``.  It does not say it is a
+    dry run's (``recording``), so that the network makes Mininet's network object
+    through Mininet's class, which this test replaces to see how it is called."""
+
+    recording = False
 
     def __init__(self, switches: list[str], started: bool = False):
         super().__init__()
