@@ -70,7 +70,7 @@ def run_command(
 
     if dry_run:
         try:
-            print_dry_run(plans, out_dir)
+            print_dry_run(plans, out_dir, keep=not fresh_networks)
         except TestbedError as exc:
             raise _fail(exc) from None
         raise typer.Exit(0)
@@ -179,10 +179,11 @@ def _run_sweep(plans: list[Any], out: Path, fail_fast: bool, spec: Path,
     return 1 if failed else 0
 
 
-def print_dry_run(plans: list[Any], out: Path) -> None:
+def print_dry_run(plans: list[Any], out: Path, keep: bool = True) -> None:
     """Print the runs of plans (a table) and the first run's commands as a shell script.
 
-    plans: `RunPlan`s of one spec; out: the folder the runs would go to.
+    plans: `RunPlan`s of one spec; out: the folder the runs would go to; keep: False
+    with ``--fresh-networks`` (the run stops its own network).
     """
     from rich.console import Console
     from rich.table import Table
@@ -200,7 +201,7 @@ def print_dry_run(plans: list[Any], out: Path) -> None:
         table.add_row(str(p.index + 1), p.run_id, str(p.repetition), str(p.seed),
                       *(json.dumps(p.params[k]) for k in keys))
     console.print(table)
-    runner = dry_run_commands(plans[0], out / plans[0].run_id)
+    runner = dry_run_commands(plans[0], out / plans[0].run_id, keep=keep)
     if not runner.transcript.entries and ":" in str(plans[0].spec.topology.kind):
         console.print(f"\ncommands not listed: topology {plans[0].spec.topology.kind} is "
                       "code, which only a real run imports and builds (as root)")

@@ -96,9 +96,9 @@ class RecordedBatchShell(BatchShell):
     """A `BatchShell` that records its start, each command it is given and its stop."""
 
     def __init__(self, runner: RecordingRunner, tool: str, host: Namespaced | None = None):
+        self._runner: RecordingRunner = runner
         self.tool = tool
         self.host = host
-        self._runner = runner
         self._where = host.name if host is not None else "root"
         self._line = 0
         self._lock = threading.Lock()
@@ -122,6 +122,7 @@ class RecordedBatchShell(BatchShell):
         for argv in cmds:
             self._runner.transcript.add(TranscriptEntry(
                 t0, in_namespace(argv, self.host), self._where, 0, 0.0, at=at))
+            self._runner.answer(list(argv), self._where, None)  # what it changes
         return time.time()
 
     def stop(self) -> None:

@@ -33,7 +33,11 @@ OVS_VERSION = "ovs-vsctl (Open vSwitch) 3.1.0"
 class SystemAnswers:
     """What a dry run's commands print, so that the code after them takes a real run's
     path: sysctls read back as written (else as this machine has them), the OVS bridges
-    (none before the network starts, all of them after), the nftables tables made.
+    (none before the network starts, all of them after), the nftables tables made, the
+    policy-routing rules added in each namespace.  The rest of a host's state (routes,
+    MPTCP limits and endpoints) reads as empty: a network kept for the next run compares
+    it with its baseline at the end of a run, and puts back what a real run changed, so
+    those restoring commands are in a real run's transcript only.
 
     switches: the topology's switch names.
     """
@@ -42,6 +46,7 @@ class SystemAnswers:
         self.switches = switches
         self.sysctl: dict[tuple[str, str], str] = {}
         self.tables: set[tuple[str, str]] = set()
+        self.rules: dict[str, list[tuple[str, str, str]]] = {}  # per namespace
         self.bridges_asked = False
 
     def __call__(self, argv: list[str], where: str, input: str | None) -> str:
@@ -55,6 +60,13 @@ class SystemAnswers:
             out = "\n".join(self.switches) if self.bridges_asked else ""
             self.bridges_asked = True
             return out
+        if argv[:3] == ["ip", "rule", "add"] and "from" in argv and "table" in argv:
+            self.rules.setdefault(where, []).append(
+                (argv[argv.index("priority") + 1] if "priority" in argv else "32765",
+                 argv[argv.index("from") + 1], argv[argv.index("table") + 1]))
+            return ""
+        if argv == ["ip", "rule", "show"]:
+            return "".join(f"{p}:\tfrom {s} lookup {t}\n" for p, s, t in self.rules.get(where, []))
         if argv == ["nft", "list", "tables"]:
             return "".join(f"table {f} {n}\n" for f, n in sorted(self.tables))
         if argv[:2] == ["nft", "-f"] and input:

@@ -6,7 +6,10 @@ and a link schedule (a rate change and a link taken down) runs for real; its
 ``transcript.jsonl`` must hold exactly the commands the dry run records for it, each as
 often, with the same namespace, stdin and schedule time.  Process ids (``mnexec -a``),
 the warm-up veth's pid-based name and the flow tool's start-signal file name are the
-only things set aside.
+only things set aside.  The run builds and stops its own network (``--fresh-networks``):
+a network kept for the next run puts back, at the end of a run, what the run changed in
+its hosts (routes, MPTCP limits and endpoints) after reading their state, and those
+restoring commands depend on the kernel's answers, which a dry run does not have.
 
     testbed vm -- .venv/bin/pytest -m integration tests/integration/test_dry_run_real.py
 """
@@ -96,13 +99,13 @@ def test_a_dry_run_lists_the_commands_of_the_real_run(tmp_path: Path) -> None:
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
     res = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(spec), "--out",
-                          str(out)], capture_output=True, text=True, env=env, cwd=REPO,
-                         timeout=900)
+                          str(out), "--fresh-networks"], capture_output=True, text=True,
+                         env=env, cwd=REPO, timeout=900)
     assert res.returncode == 0, res.stdout + res.stderr
     run = plan_runs(spec)[0]
     real = [json.loads(line) for line in
             (out / run.run_id / "transcript.jsonl").read_text().splitlines()]
-    dry = dry_run_commands(run, out / run.run_id).transcript.entries
+    dry = dry_run_commands(run, out / run.run_id, keep=False).transcript.entries
     dry_entries = [{"kind": e.kind, "where": e.where, "argv": e.argv, "input": e.input,
                     "at": e.at} for e in dry]
     got, want = Counter(map(normal, dry_entries)), Counter(map(normal, real))
