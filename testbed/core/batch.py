@@ -65,16 +65,20 @@ class BatchShell:
         self._lock = threading.Lock()
         self._buf = b""
         argv = in_namespace([tool, "-force", "-batch", "-"], host)
+        self.process = self._start(argv)
+        runner.track(self.process)
+        runner.transcript.add(TranscriptEntry(time.time(), argv, self._where, None, 0.0,
+                                              kind="batch"))
+
+    def _start(self, argv: list[str]) -> Process:
+        """Start the ``-batch`` process (a recording shell records it instead)."""
         try:
             popen = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, bufsize=0, start_new_session=True)
         except FileNotFoundError as exc:
             raise MissingFeatureError(
                 f"'{argv[0]}' is not installed; run `make install` (scripts/install)") from exc
-        self.process = Process(popen, argv, self._where, runner, None)
-        runner.track(self.process)
-        runner.transcript.add(TranscriptEntry(time.time(), argv, self._where, None, 0.0,
-                                              kind="batch"))
+        return Process(popen, argv, self._where, self._runner, None)
 
     def running(self) -> bool:
         return self.process.running()

@@ -14,7 +14,6 @@ asks `recording(runner)` first and does not wait in a dry run.
 from __future__ import annotations
 
 import signal
-import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -96,18 +95,11 @@ class RecordedBatchShell(BatchShell):
     """A `BatchShell` that records its start, each command it is given and its stop."""
 
     def __init__(self, runner: RecordingRunner, tool: str, host: Namespaced | None = None):
+        super().__init__(runner, tool, host)
         self._runner: RecordingRunner = runner
-        self.tool = tool
-        self.host = host
-        self._where = host.name if host is not None else "root"
-        self._line = 0
-        self._lock = threading.Lock()
-        self._buf = b""
-        argv = in_namespace([tool, "-force", "-batch", "-"], host)
-        self.process = RecordedProcess(argv, self._where, runner)  # type: ignore[assignment]
-        runner.track(self.process)  # type: ignore[arg-type]
-        runner.transcript.add(TranscriptEntry(time.time(), argv, self._where, None, 0.0,
-                                              kind="batch"))
+
+    def _start(self, argv: list[str]) -> RecordedProcess:  # type: ignore[override]
+        return RecordedProcess(argv, self._where, self._runner)
 
     def realtime(self) -> bool:
         return False

@@ -26,17 +26,6 @@ class Namespaced(Protocol):
 
 
 @dataclass
-class Result:
-    """The outcome of a finished command."""
-
-    argv: list[str]
-    returncode: int
-    stdout: str
-    stderr: str
-    duration: float
-
-
-@dataclass
 class TranscriptEntry:
     """One line of the transcript: what ran, where, when and how it ended."""
 
