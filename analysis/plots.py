@@ -16,12 +16,15 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
+import contextlib
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
 from testbed.core.safefiles import atomic_write
+from testbed.spec.sweep import value_name
 
 METRIC_LABELS = {
     "throughput_bps_mean": ("throughput", "Mbit/s", 1e-6),
@@ -96,14 +99,8 @@ def value_label(v: object, width: int = 28) -> str:
     """
     text = str(v)
     if text[:1] in "[{":
-        try:
-            data = json.loads(text)
-        except ValueError:
-            data = None
-        items = data if isinstance(data, list) else [data]
-        names = [str(d["name"]) for d in items if isinstance(d, dict) and "name" in d]
-        if names and len(names) == len(items):
-            text = "+".join(names)
+        with contextlib.suppress(ValueError):
+            text = value_name(json.loads(text))
     return text if len(text) <= width else text[:width - 1] + "\u2026"
 
 

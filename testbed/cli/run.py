@@ -12,7 +12,6 @@ experiments natively (see ``testbed doctor``) it re-runs itself inside ``testbed
 from __future__ import annotations
 
 import contextlib
-import json
 import shlex
 import signal
 import sys
@@ -189,6 +188,7 @@ def print_dry_run(plans: list[Any], out: Path, keep: bool = True) -> None:
     from rich.table import Table
 
     from testbed.run.dryrun import dry_run_commands
+    from testbed.spec.sweep import value_name
 
     console = Console(highlight=False, soft_wrap=True)
     table = Table(title=f"{len(plans)} run(s) into {out}", title_justify="left")
@@ -199,7 +199,7 @@ def print_dry_run(plans: list[Any], out: Path, keep: bool = True) -> None:
         table.add_column(k)
     for p in plans:
         table.add_row(str(p.index + 1), p.run_id, str(p.repetition), str(p.seed),
-                      *(json.dumps(p.params[k]) for k in keys))
+                      *(value_name(p.params[k]) for k in keys))
     console.print(table)
     runner = dry_run_commands(plans[0], out / plans[0].run_id, keep=keep)
     if not runner.transcript.entries and ":" in str(plans[0].spec.topology.kind):

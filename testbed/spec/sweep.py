@@ -48,6 +48,16 @@ _NOT_SWEPT = ("name", "sweep", "repetitions", "repetition")
 MAX_RUNS = 10_000  # sweep grid points x repetitions; more is a mistake, not an experiment
 
 
+def value_name(value: Any) -> str:
+    """A swept value as a person reads it: a table or a list of tables with ``name``
+    fields by those names (``tcp-wifi``, ``mptcp+video``), anything else as JSON text."""
+    items = value if isinstance(value, list) else [value]
+    names = [str(d["name"]) for d in items if isinstance(d, dict) and "name" in d]
+    if items and names and len(names) == len(items):
+        return "+".join(names)
+    return value if isinstance(value, str) else json.dumps(value)
+
+
 def parse_key_path(text: str, where: str) -> KeyPath:
     """Split ``"topology.paths.1.bw"`` / ``"topology.paths[1].bw"`` into keys and indices.
 

@@ -23,6 +23,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -34,6 +37,8 @@ from testbed.core.commands import CommandRunner, which
 from testbed.net.network import Network
 
 FEATURES = ("netem", "ovs", "mptcp", "nft")
+ROOT = Path(__file__).resolve().parents[2]
+RECORD = ROOT / "results" / "ci-reproduction"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -218,3 +223,34 @@ class Measure:
 def measure() -> Measure:
     """iperf3 / ping / interface-counter / binomial helpers (see the module docstring)."""
     return Measure()
+
+
+@pytest.fixture(scope="session")
+def studies_out() -> Path:
+    """Run every study's quick variant once, through the real command line; their
+    results folder (``<study>-quick`` each, in ``results/ci-reproduction/runs``).
+
+    Shared by the reproduction tests and the documented-commands test (one set of runs,
+    one VM boot where the kernel needs it)."""
+    out = RECORD / "runs"
+    studies = sorted(p.parent.name for p in (ROOT / "experiments").glob("*/study.py"))
+    exe = Path(sys.prefix) / "bin" / "testbed"
+    argv = [str(exe)] if exe.exists() else [sys.executable, "-m", "testbed.cli"]
+    argv += ["study", *(str(ROOT / "experiments" / s) for s in studies),
+             "--variant", "quick", "--out", str(out)]
+    shutil.rmtree(out, ignore_errors=True)  # fresh runs, not a resume of an older set
+    RECORD.mkdir(parents=True, exist_ok=True)
+    # a line per run phase, shown live with `pytest -s` (scripts/test) and kept in a log
+    with open(RECORD / "studies.log", "w") as log, subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        assert proc.stdout is not None
+        try:
+            for line in proc.stdout:
+                log.write(line)
+                print(line, end="", flush=True)
+        except BaseException:
+            proc.terminate()  # `testbed study` stops its VM on SIGTERM
+            raise
+        rc = proc.wait()
+    assert rc in (0, 1), f"testbed study exited {rc}; see {RECORD / 'studies.log'}"
+    return out

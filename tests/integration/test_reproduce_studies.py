@@ -15,9 +15,6 @@ discuss it (checked here too).  Results, reports and the measured values of ever
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -53,32 +50,6 @@ DOCUMENTED: dict[str, list[tuple[str, str]]] = {
     "p3_handover": [("case1_wlan_to_imt",
                      "right after a 20 Mbit/s -> 384 kbit/s handover TCP stays well below")],
 }
-
-
-@pytest.fixture(scope="module")
-def studies_out() -> Path:
-    """Run all five quick studies once; their results folder (``<study>-quick`` each)."""
-    out = RECORD / "runs"
-    exe = Path(sys.prefix) / "bin" / "testbed"
-    argv = [str(exe)] if exe.exists() else [sys.executable, "-m", "testbed.cli"]
-    argv += ["study", *(str(ROOT / "experiments" / s) for s in sorted(REQUIRED)),
-             "--variant", "quick", "--out", str(out)]
-    shutil.rmtree(out, ignore_errors=True)  # fresh runs, not a resume of an older set
-    RECORD.mkdir(parents=True, exist_ok=True)
-    # a line per run phase, shown live with `pytest -s` (scripts/test) and kept in a log
-    with open(RECORD / "studies.log", "w") as log, subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
-        assert proc.stdout is not None
-        try:
-            for line in proc.stdout:
-                log.write(line)
-                print(line, end="", flush=True)
-        except BaseException:
-            proc.terminate()  # `testbed study` stops its VM on SIGTERM
-            raise
-        rc = proc.wait()
-    assert rc in (0, 1), f"testbed study exited {rc}; see {RECORD / 'studies.log'}"
-    return out
 
 
 def _verdicts(study_out: Path) -> dict[str, tuple[str, str]]:

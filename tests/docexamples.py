@@ -1,0 +1,224 @@
+"""Every `testbed` command and SQL query the documentation shows, found and classified.
+
+The documentation is README.md, docs/*.md, experiments/README.md and
+experiments/*/README.md.  A command is found in a code block (fenced with no language or
+sh/bash/console/shell, or indented by four spaces) or in an inline code span, on a line
+that starts with ``testbed `` (after an optional ``$ ``, ``sudo `` or ``.venv/bin/``); a
+line ending in a backslash, or with a quote still open, continues on the next line.  A
+``for VAR in GLOB; do testbed ...; done`` loop is one command per file the glob matches.
+
+Each command is one of:
+
+* a **synopsis** (``testbed doctor [--json]``, ``testbed run SPEC.toml --out DIR``): it
+  holds a bracket, an ellipsis or an upper-case placeholder other than ``DIR``/``RUN``.
+  Its subcommand and every ``--option`` it names must exist (checked against ``--help``).
+* a **mention**: a subcommand with options only (``testbed run --dry-run`` in prose),
+  checked as a synopsis.
+* a **command**: everything else.  ``DIR`` and ``RUN`` stand for a results folder and
+  one run's bundle; `tests/integration/test_documented_commands.py` substitutes real
+  ones and runs it (see its docstring for what each subcommand is run against).
+
+`stray_queries` lists SQL the documentation shows outside a ``testbed query`` command,
+which no test would run: the documentation may not hold any.
+"""
+
+from __future__ import annotations
+
+import glob
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+SHELL_LANGS = {"", "sh", "bash", "console", "shell"}
+PLACEHOLDERS = {"DIR", "RUN"}  # real folders substituted, for these subcommands only:
+SUBSTITUTED = {"query", "report"}
+_PLACEHOLDER = re.compile(r"^[A-Z][A-Z0-9_]*(\.[A-Za-z]+)?(\.\.\.)?$")
+_INLINE = re.compile(r"`(testbed [^`]+)`")
+_FOR = re.compile(r"^for (\w+) in (\S+); do (.+?);? done$")
+_PREFIXES = ("$ ", "sudo ", ".venv/bin/")
+
+
+def doc_files(root: Path) -> list[Path]:
+    """The documentation files whose commands are tested, in a fixed order."""
+    files = [root / "README.md", *sorted((root / "docs").glob("*.md")),
+             root / "experiments" / "README.md",
+             *sorted((root / "experiments").glob("*/README.md"))]
+    return [f for f in files if f.is_file()]
+
+
+@dataclass(frozen=True)
+class DocCommand:
+    """One documented command: where it is written and its words."""
+
+    file: str
+    line: int
+    end: int
+    text: str
+    argv: tuple[str, ...]
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line}"
+
+    @property
+    def sub(self) -> str:
+        """The subcommand (``run``, ``query``, ...)."""
+        return self.argv[1] if len(self.argv) > 1 else ""
+
+    @property
+    def synopsis(self) -> bool:
+        """A usage line with placeholders, not a command to run."""
+        for word in self.argv[1:]:
+            if (word.startswith("--") or (word in PLACEHOLDERS and self.sub in SUBSTITUTED)
+                    or any(c.isspace() for c in word)):  # a quoted value (SQL) is real
+                continue
+            if ("[" in word or "..." in word or "{" in word or "<" in word
+                    or _PLACEHOLDER.match(word)):
+                return True
+        return False
+
+    @property
+    def runnable(self) -> bool:
+        """A command to run: no placeholder, and more than a mention of a subcommand and
+        its options (``testbed run --dry-run`` in prose names an option, runs nothing)."""
+        if self.synopsis:
+            return False
+        if self.sub == "vm":
+            return "--" in self.argv
+        return any(not w.startswith("-") for w in self.argv[2:])
+
+    def options(self) -> list[str]:
+        """The ``--option`` names it uses (values after ``=`` left out), up to ``--``."""
+        out = []
+        for word in self.argv[2:]:
+            if word == "--":
+                break
+            if word.startswith("--"):
+                out.append(word.split("=", 1)[0].strip("[]"))
+        return out
+
+
+def _strip(line: str) -> str:
+    line = line.strip()
+    changed = True
+    while changed:
+        changed = False
+        for p in _PREFIXES:
+            if line.startswith(p):
+                line, changed = line[len(p):].lstrip(), True
+    return line
+
+
+def _complete(text: str) -> bool:
+    """The shell words of text are closed (no quote left open, no trailing backslash)."""
+    if text.rstrip().endswith("\\"):
+        return False
+    try:
+        shlex.split(text, comments=True)
+    except ValueError:
+        return False
+    return True
+
+
+def _code_lines(text: str) -> list[tuple[int, str, bool]]:
+    """(line number, line, in a code block) for every line of a markdown text."""
+    out = []
+    fence: str | None = None
+    lang = ""
+    prev_blank = True
+    indented = False
+    for n, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if fence is None and stripped.startswith("```"):
+            fence, lang = "```", stripped[3:].strip().lower()
+            out.append((n, line, False))
+            continue
+        if fence is not None:
+            if stripped.startswith("```"):
+                fence = None
+                out.append((n, line, False))
+            else:
+                out.append((n, line, lang in SHELL_LANGS))
+            continue
+        if line.startswith("    ") and (prev_blank or indented) and stripped:
+            indented = True
+            out.append((n, line, True))
+        else:
+            indented = indented and stripped != "" and line.startswith("    ")
+            out.append((n, line, False))
+        prev_blank = stripped == ""
+    return out
+
+
+def commands_in(text: str, name: str, root: Path | None = None) -> list[DocCommand]:
+    """Every testbed command in one markdown text (name: its path, for messages; root:
+    where a ``for`` loop's glob is expanded)."""
+    found: list[DocCommand] = []
+    lines = _code_lines(text)
+    i = 0
+    while i < len(lines):
+        n, line, code = lines[i]
+        i += 1
+        if not code:
+            for m in _INLINE.finditer(line):
+                found.extend(_parsed(m.group(1), name, n, n))
+            continue
+        start = _strip(line)
+        if not (start.startswith("testbed ") or start.startswith("for ")):
+            continue
+        if "testbed " not in start:
+            continue
+        buf = start
+        while not _complete(buf) and i < len(lines) and lines[i][2]:
+            buf = buf.rstrip().removesuffix("\\") + "\n" + lines[i][1].strip()
+            i += 1
+        last = lines[i - 1][0]
+        found.extend(_loop(buf, name, n, last, root) if buf.startswith("for ")
+                     else _parsed(buf, name, n, last))
+    return found
+
+
+def _parsed(text: str, name: str, line: int, end: int) -> list[DocCommand]:
+    try:
+        argv = tuple(shlex.split(text, comments=True))
+    except ValueError:
+        argv = tuple(text.split())
+    return [DocCommand(name, line, end, " ".join(text.split()), argv)] if argv else []
+
+
+def _loop(text: str, name: str, line: int, end: int, root: Path | None
+          ) -> list[DocCommand]:
+    m = _FOR.match(" ".join(text.split()))
+    if not m or root is None:
+        return _parsed(text, name, line, end)
+    var, pattern, body = m.groups()
+    out = []
+    for path in sorted(glob.glob(pattern, root_dir=root)):
+        out.extend(_parsed(body.replace(f'"${var}"', path).replace(f"${var}", path),
+                           name, line, end))
+    if not out:
+        raise ValueError(f"{name}:{line}: the loop's glob {pattern} matches no file")
+    return out
+
+
+def documented_commands(root: Path) -> list[DocCommand]:
+    """Every testbed command of every documentation file, in order."""
+    out = []
+    for f in doc_files(root):
+        out.extend(commands_in(f.read_text(encoding="utf-8"), str(f.relative_to(root)),
+                               root))
+    return out
+
+
+def stray_queries(text: str, name: str) -> list[str]:
+    """Lines with SQL (``SELECT ... FROM``) that are not part of a testbed query command."""
+    in_commands: set[int] = set()
+    for cmd in commands_in(text, name):
+        if cmd.sub == "query":
+            in_commands.update(range(cmd.line, cmd.end + 1))
+    stray = []
+    for n, line, _code in _code_lines(text):
+        if re.search(r"\bSELECT\b", line) and n not in in_commands:
+            stray.append(f"{name}:{n}: {line.strip()}")
+    return stray

@@ -1,0 +1,234 @@
+"""Every `testbed` command and SQL query in README.md, docs/ and the experiment READMEs
+runs, against bundles made by real runs (issue 25).
+
+The bundles are the quick studies' (the session fixture ``studies_out``: every study's
+quick specs run for real through ``testbed study``, shared with the reproduction tests),
+so no result here comes from a fixture written by hand.  What each documented command
+(`docexamples`) is run as:
+
+* ``run`` and ``study``: with ``--dry-run`` (the real code path with a recording runner,
+  docs/architecture.md): the spec loads, its sweep expands, its network and commands are
+  planned.  Building the network for every documented spec, full variants included, is
+  what the studies and the kernel-feature tests do for the quick ones; the full ones need
+  hours.  The folder each dry run says it writes (``N run(s) into results/...``) is
+  collected: a documented query or report may name only such a folder.
+* ``query``: run against the bundles the studies wrote for the spec whose default folder
+  it names (``results/p0-paths-quick`` is what ``testbed run .../quick/paths.toml``
+  writes, so it runs on the study's ``paths`` folder); ``DIR`` stands for P0 quick's
+  heavy-load folder (MPTCP beside pinned TCP flows).  It must exit 0 and print at least
+  one row.
+* ``report``: on a copy of the folder it names (``DIR``/``RUN``: as for query), with
+  ``--out`` into a temporary folder when given.
+* ``doctor``: run; exit 0 or 1 (natively possible or not) with one line per check.
+* ``vm -- CMD``: the VM itself is not booted again (the kernel-feature tests and the
+  studies boot it); the command inside must exist and accept its documented arguments
+  (a Python script is run with them and ``--help``).
+* a synopsis or a mention (``testbed doctor [--json]``, ``testbed run SPEC``): its
+  subcommand and every ``--option`` it names exist (``testbed <sub> --help``).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from docexamples import DocCommand, commands_in, doc_files, documented_commands, stray_queries
+
+pytestmark = [pytest.mark.integration, pytest.mark.reproduction]
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_DIR = ("p0_wifi_3g-quick", "heavy_load")  # what DIR stands for
+_INTO = re.compile(r"^\d+ run\(s\) into (\S+)", re.M)
+_STUDY_HEAD = re.compile(r"^== (\S+) \((\w+)\): (\S+)$", re.M)
+
+
+def testbed_argv() -> list[str]:
+    exe = Path(sys.prefix) / "bin" / "testbed"
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "testbed.cli"]
+
+
+@dataclass
+class Checker:
+    """Runs documented commands; ``problems`` collects one line per failure."""
+
+    runs: Path                     # the studies' output (``<study>-quick/<spec>``)
+    tmp: Path
+    problems: list[str] = field(default_factory=list)
+    written: dict[str, Path] = field(default_factory=dict)  # default folder -> bundles
+    _help: dict[str, str] = field(default_factory=dict)
+    executed: int = 0
+
+    def fail(self, cmd: DocCommand, why: str) -> None:
+        self.problems.append(f"{cmd.where}: `{cmd.text[:120]}`: {why}")
+
+    def testbed(self, args: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
+        return subprocess.run([*testbed_argv(), *args], cwd=ROOT, capture_output=True,
+                              text=True, timeout=timeout)
+
+    def help_text(self, sub: str) -> str | None:
+        if sub not in self._help:
+            res = self.testbed([sub, "--help"], timeout=60)
+            self._help[sub] = res.stdout if res.returncode == 0 else ""
+        return self._help[sub] or None
+
+    # -- what each kind of command is run as --
+
+    def check_usage(self, cmd: DocCommand) -> None:
+        text = self.help_text(cmd.sub)
+        if text is None:
+            self.fail(cmd, f"`testbed {cmd.sub}` is not a command")
+            return
+        for opt in cmd.options():
+            if not re.search(rf"(?<![\w-]){re.escape(opt)}(?![\w-])", text):
+                self.fail(cmd, f"`testbed {cmd.sub}` has no option {opt}")
+
+    def dry_run(self, cmd: DocCommand) -> None:
+        args = list(cmd.argv[1:])
+        if "--dry-run" not in args:
+            args.append("--dry-run")
+        res = self.testbed(args)
+        self.executed += 1
+        if res.returncode != 0:
+            self.fail(cmd, f"dry run exit {res.returncode}: "
+                      f"{(res.stderr or res.stdout).strip()[-300:]}")
+            return
+        heads = _STUDY_HEAD.findall(res.stdout)
+        intos = _INTO.findall(res.stdout)
+        if cmd.sub == "run":
+            spec = Path(args[1])
+            study, variant = spec.parts[-3], spec.parts[-2]
+            for into in intos:
+                self.written[into] = self.runs / f"{study}-{variant}" / spec.stem
+        else:
+            for (study, variant, spec), into in zip(heads, intos, strict=True):
+                self.written[into] = self.runs / f"{study}-{variant}" / spec
+                self.written[str(Path(into).parent)] = self.runs / f"{study}-{variant}"
+
+    def folder(self, cmd: DocCommand, word: str) -> Path | None:
+        """The real folder a documented results folder (or DIR / RUN) stands for."""
+        if word == "DIR":
+            return self.runs.joinpath(*DEFAULT_DIR)
+        if word == "RUN":
+            runs = sorted(p.parent for p in self.runs.joinpath(*DEFAULT_DIR)
+                          .glob("*/metadata.json"))
+            return runs[0] if runs else None
+        key = word.rstrip("/")
+        if key not in self.written:
+            self.fail(cmd, f"names {word}, which no documented `testbed run`/`study` "
+                      f"writes (they write: {', '.join(sorted(self.written)) or 'nothing'})")
+            return None
+        return self.written[key]
+
+    def query(self, cmd: DocCommand) -> None:
+        if len(cmd.argv) < 4:
+            self.fail(cmd, "a query needs a folder and SQL")
+            return
+        where = self.folder(cmd, cmd.argv[2])
+        if where is None:
+            return
+        res = self.testbed(["query", str(where), *cmd.argv[3:], "--csv"], timeout=120)
+        self.executed += 1
+        rows = [r for r in res.stdout.splitlines() if r.strip()]
+        if res.returncode != 0:
+            self.fail(cmd, f"exit {res.returncode}: {res.stderr.strip()[-300:]}")
+        elif len(rows) < 2:
+            self.fail(cmd, f"printed no rows on {where.relative_to(self.runs)}")
+
+    def report(self, cmd: DocCommand) -> None:
+        where = self.folder(cmd, cmd.argv[2]) if len(cmd.argv) > 2 else None
+        if where is None:
+            return
+        copy = self.tmp / f"report-{self.executed}"
+        shutil.copytree(where, copy, symlinks=True)
+        args = ["report", str(copy)]
+        out = None
+        if "--out" in cmd.argv:
+            out = self.tmp / f"report-{self.executed}.html"
+            args += ["--out", str(out)]
+        res = self.testbed(args, timeout=600)
+        self.executed += 1
+        made = out if out else copy / "report.html"
+        if res.returncode != 0 or not made.is_file() or made.stat().st_size == 0:
+            self.fail(cmd, f"exit {res.returncode}, {made.name} "
+                      f"{'written' if made.is_file() else 'missing'}: "
+                      f"{res.stderr.strip()[-300:]}")
+
+    def doctor(self, cmd: DocCommand) -> None:
+        res = self.testbed(list(cmd.argv[1:]), timeout=120)
+        self.executed += 1
+        if res.returncode not in (0, 1) or not res.stdout.strip():
+            self.fail(cmd, f"exit {res.returncode}: {res.stderr.strip()[-300:]}")
+
+    def vm(self, cmd: DocCommand) -> None:
+        inner = list(cmd.argv[cmd.argv.index("--") + 1:])
+        prog = ROOT / inner[0]
+        if not (prog.exists() or shutil.which(inner[0])):
+            self.fail(cmd, f"{inner[0]} does not exist")
+            return
+        if Path(inner[0]).name.startswith("python") and len(inner) > 1:
+            res = subprocess.run([sys.executable, *inner[1:], "--help"], cwd=ROOT,
+                                 capture_output=True, text=True, timeout=60)
+            self.executed += 1
+            if res.returncode != 0:
+                self.fail(cmd, f"{' '.join(inner[1:])} --help: exit {res.returncode}: "
+                          f"{res.stderr.strip()[-300:]}")
+
+    def check(self, cmds: list[DocCommand]) -> None:
+        """Dry runs first (they say which folders the commands write), then the rest."""
+        concrete = [c for c in cmds if c.runnable]
+        for cmd in cmds:
+            if not cmd.runnable:
+                self.check_usage(cmd)
+        for cmd in concrete:
+            if cmd.sub in ("run", "study"):
+                self.dry_run(cmd)
+        for cmd in concrete:
+            action = {"query": self.query, "report": self.report, "doctor": self.doctor,
+                      "vm": self.vm}.get(cmd.sub)
+            if cmd.sub in ("run", "study"):
+                continue
+            if action is None:
+                self.fail(cmd, f"no rule to run `testbed {cmd.sub}` (add one here)")
+            else:
+                action(cmd)
+
+
+@pytest.fixture(scope="module")
+def checked(studies_out: Path, tmp_path_factory: pytest.TempPathFactory) -> Checker:
+    checker = Checker(studies_out, tmp_path_factory.mktemp("docs"))
+    checker.check(documented_commands(ROOT))
+    return checker
+
+
+def test_every_documented_command_runs(checked: Checker) -> None:
+    print(f"\nFIGURES documented commands: {len(documented_commands(ROOT))} found, "
+          f"{checked.executed} executed, {len(checked.problems)} problems")
+    assert not checked.problems, "\n".join(checked.problems)
+
+
+def test_no_query_outside_a_command() -> None:
+    stray = [line for f in doc_files(ROOT)
+             for line in stray_queries(f.read_text(encoding="utf-8"),
+                                       str(f.relative_to(ROOT)))]
+    assert not stray, "SQL no test runs (write it as `testbed query DIR \"...\"`):\n" + \
+        "\n".join(stray)
+
+
+def test_a_broken_readme_query_fails(checked: Checker, tmp_path: Path) -> None:
+    """The check is not a formality: a README query broken on purpose is reported, with
+    its file and line."""
+    name = "experiments/p0_wifi_3g/README.md"
+    text = (ROOT / name).read_text(encoding="utf-8")
+    queries = [c for c in commands_in(text, name, ROOT) if c.sub == "query"]
+    assert queries, f"{name} shows no query"
+    broken_text = text.replace("FROM flows", "FROM flowz")
+    assert broken_text != text
+    checker = Checker(checked.runs, tmp_path, written=dict(checked.written))
+    checker.check([c for c in commands_in(broken_text, name, ROOT) if c.sub == "query"])
+    assert checker.problems and all(name in p for p in checker.problems), checker.problems
+    assert any("flowz" in p for p in checker.problems), checker.problems
