@@ -8,6 +8,10 @@ exactly those again.
 Native runs need: root, network namespaces and veth, the htb/tbf/netem qdiscs, the
 ``openvswitch`` kernel module with the OVS daemons running, MPTCP enabled, nftables,
 tcpdump, iperf3, Mininet (with ``mnexec``) and os-ken.  Everything else is informational.
+
+It also prints what the kernel offers (congestion controls, MPTCP schedulers; see
+`testbed.machine.kernel`) and records it per kernel release, so that a dry run can check
+a spec against this kernel later, also from the host when this ran inside ``testbed vm``.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from testbed.core.commands import CommandRunner, which
+from testbed.core.errors import InputError
+from testbed.machine.kernel import KernelFacts, read_kernel_facts, record_facts
 
 OVS_CTL = Path("/usr/share/openvswitch/scripts/ovs-ctl")
 INSTALL = "run `scripts/install`"
@@ -288,10 +294,29 @@ def report_text(checks: list[Check]) -> str:
     return "\n".join(lines)
 
 
+def kernel_report(facts: KernelFacts, where: Path | None = None) -> tuple[list[str], str]:
+    """Record facts; return the lines that show them and where the record went (or why
+    it did not: the line says so, the doctor goes on)."""
+    try:
+        path = record_facts(facts, where)
+        saved = f"recorded in {path} (what dry runs check specs against)"
+    except (OSError, InputError) as exc:
+        saved = f"not recorded: {exc}"
+    return [f"kernel: {line}" for line in facts.summary()] + [f"kernel: {saved}"], saved
+
+
 def main(as_json: bool = False) -> int:
-    """Print the report; exit code 0 when native runs are possible, else 1."""
+    """Print the report and record the kernel's facts; exit code 0 when native runs are
+    possible, else 1."""
     checks = run_checks()
-    print(report_json(checks) if as_json else report_text(checks))
+    facts = read_kernel_facts()
+    lines, saved = kernel_report(facts)
+    if as_json:
+        data = json.loads(report_json(checks))
+        data["kernel"] = {**facts.to_json(), "record": saved}
+        print(json.dumps(data, indent=2))
+    else:
+        print("\n".join([report_text(checks), *lines]))
     return 0 if native_ok(checks) else 1
 
 
