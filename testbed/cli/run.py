@@ -73,7 +73,7 @@ def run_command(
 
     if dry_run:
         try:
-            target = dry_run_kernel(no_vm or _native_ok())
+            target = dry_run_kernel(no_vm or _native_ok(passive=True))
             print_dry_run(plans, out_dir, keep=not fresh_networks, target=target,
                           labels=override_labels(overrides))
         except TestbedError as exc:
@@ -108,15 +108,16 @@ def dry_run_kernel(native: bool) -> KernelTarget:
     return target
 
 
-def _native_ok() -> bool:
-    """Whether doctor says this machine can run experiments here (root, netem, OVS, ...)."""
+def _native_ok(passive: bool = False) -> bool:
+    """Whether doctor says this machine can run experiments here (root, netem, OVS, ...).
+    passive: ask without loading or starting anything (a dry run)."""
     import os
 
     if os.environ.get("TESTBED_IN_VM") == "1":
         return True
     from testbed.machine import doctor
 
-    return bool(doctor.can_run_natively())
+    return bool(doctor.can_run_natively(passive))
 
 
 def _self_argv(spec: Path, out: Path, overrides: list[str], fail_fast: bool,
@@ -162,7 +163,6 @@ def _run_sweep(plans: list[Any], out: Path, fail_fast: bool, spec: Path,
     from testbed.run.recovery import recover_bundle
     from testbed.run.reuse import NetworkKeeper
     from testbed.run.sweep import run_sweep
-
     from testbed.spec.sweep import override_labels
 
     sets = [arg for o in overrides for arg in ("--set", o)]

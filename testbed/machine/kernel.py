@@ -181,6 +181,18 @@ def read_kernel_facts(root: Path = Path("/"), release: str | None = None,
         recorded=when)
 
 
+def has_module(name: str, root: Path = Path("/"), release: str | None = None) -> bool:
+    """Whether the kernel has module name loaded, built in, or loadable, read from
+    ``/sys/module`` and ``/lib/modules/<release>/modules.{dep,builtin}`` (nothing is
+    loaded).  root: where /sys and /lib are; release: default the running kernel's."""
+    if (root / "sys/module" / name).exists():
+        return True
+    release = release or _read(root, "/proc/sys/kernel/osrelease") or os.uname().release
+    pattern = re.compile(rf"(?:^|/){re.escape(name)}\.ko(?:\.[a-z0-9]+)?(?::|$)", re.M)
+    return any(pattern.search(_read(root, f"/lib/modules/{release}/{f}") or "")
+               for f in ("modules.dep", "modules.builtin"))
+
+
 # -- the records ----------------------------------------------------------------------
 def records_dir(env: Mapping[str, str] | None = None) -> Path:
     """Where kernel records live: ``$TESTBED_KERNEL_RECORDS``, else
@@ -228,8 +240,8 @@ def record_facts(facts: KernelFacts, where: Path | None = None) -> Path:
 def load_record(release: str, where: Path | None = None) -> KernelFacts | None:
     """The recorded facts of a kernel release, or None when there is no record.
 
-    Raises `InputError` for a record that is a symbolic link (or in a records dir that is one), not a
-    regular file, or not a kernel record.
+    Raises `InputError` for a record that is a symbolic link (or in a records dir that is
+    one), not a regular file, or not a kernel record.
     """
     path = record_path(release, where)
     if check(path.parent.parent, path, "file") == "missing":

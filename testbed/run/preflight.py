@@ -142,18 +142,18 @@ class KernelTarget:
     line: str
 
 
-def kernel_target(in_vm: bool, live: Callable[[], KernelFacts] = read_kernel_facts,
+def kernel_target(in_vm: bool, live: Callable[[], KernelFacts] | None = None,
                   vm_release: Callable[[], str] | None = None,
                   load: Callable[[str], KernelFacts | None] | None = None) -> KernelTarget:
     """The kernel the runs would use, for a dry run (nothing is loaded or written).
 
     in_vm: the runs would go to ``testbed vm`` (the real run's decision); live: reads
-    this machine's kernel; vm_release: the VM kernel's release (default: the image
-    ``testbed vm`` boots); load: that release's record (default
-    `testbed.machine.kernel.load_record`).
+    this machine's kernel (default `read_kernel_facts`); vm_release: the VM kernel's
+    release (default: the image ``testbed vm`` boots); load: that release's record
+    (default `testbed.machine.kernel.load_record`).
     """
     if not in_vm:
-        facts = live()
+        facts = (live or read_kernel_facts)()
         return KernelTarget(facts, f"kernel check: this machine's kernel {facts.release} "
                                    "(the runs would execute here)")
     from testbed.machine.kernel import load_record, record_path, records_dir
