@@ -123,14 +123,18 @@ def study(directories: Annotated[list[Path], typer.Argument(
     for d in directories:
         guarded(lambda d=d: st.study_specs(d, variant))
     if dry_run:
-        from testbed.cli.run import print_dry_run
+        from testbed.cli.run import dry_run_kernel, print_dry_run
+        from testbed.spec.sweep import override_labels
 
-        for d, target in zip(directories, targets, strict=True):
-            for spec, plans in guarded(lambda d=d: st.plan_study(d, variant, only,
-                                                                 overrides)).items():
+        planned = [guarded(lambda d=d: st.plan_study(d, variant, only, overrides))
+                   for d in directories]  # every spec valid before anything else is said
+        kernel = guarded(lambda: dry_run_kernel(no_vm or st.native_ok(passive=True)))
+        labels = override_labels(overrides)
+        for d, target, study_plans in zip(directories, targets, planned, strict=True):
+            for spec, plans in study_plans.items():
                 typer.echo(f"\n== {d.name} ({variant}): {spec.stem}")
                 guarded(lambda plans=plans, spec=spec, target=target: print_dry_run(
-                    plans, target / spec.stem))
+                    plans, target / spec.stem, target=kernel, labels=labels))
         raise typer.Exit(0)
     if not no_vm and not guarded(st.native_ok):
         typer.echo("this machine cannot run experiments natively (see `testbed doctor`); "

@@ -17,11 +17,14 @@ import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from testbed.core.errors import TestbedError, error_lines
+
+if TYPE_CHECKING:
+    from testbed.run.preflight import KernelTarget
 
 
 def register(app: typer.Typer) -> None:
@@ -58,7 +61,7 @@ def run_command(
                                  "one).")] = False,
 ) -> None:
     """Run an experiment spec (its sweep and repetitions) into result bundles."""
-    from testbed.spec.sweep import plan_runs
+    from testbed.spec.sweep import override_labels, plan_runs
 
     overrides = list(set_ or [])
     try:
@@ -69,7 +72,9 @@ def run_command(
 
     if dry_run:
         try:
-            print_dry_run(plans, out_dir, keep=not fresh_networks)
+            target = dry_run_kernel(no_vm or _native_ok(passive=True))
+            print_dry_run(plans, out_dir, keep=not fresh_networks, target=target,
+                          labels=override_labels(overrides))
         except TestbedError as exc:
             raise _fail(exc) from None
         raise typer.Exit(0)
@@ -91,15 +96,27 @@ def run_command(
     raise typer.Exit(_run_sweep(plans, out_dir, fail_fast, spec, overrides, fresh_networks))
 
 
-def _native_ok() -> bool:
-    """Whether doctor says this machine can run experiments here (root, netem, OVS, ...)."""
+def dry_run_kernel(native: bool) -> KernelTarget:
+    """The kernel a dry run checks the specs against (`testbed.run.preflight.KernelTarget`):
+    this machine's when the runs would execute here (native: the real run's decision),
+    else the ``testbed vm`` kernel's record.  Its line goes to stderr."""
+    from testbed.run.preflight import kernel_target
+
+    target = kernel_target(in_vm=not native)
+    typer.echo(target.line, err=True)
+    return target
+
+
+def _native_ok(passive: bool = False) -> bool:
+    """Whether doctor says this machine can run experiments here (root, netem, OVS, ...).
+    passive: ask without loading or starting anything (a dry run)."""
     import os
 
     if os.environ.get("TESTBED_IN_VM") == "1":
         return True
     from testbed.machine import doctor
 
-    return bool(doctor.can_run_natively())
+    return bool(doctor.can_run_natively(passive))
 
 
 def _self_argv(spec: Path, out: Path, overrides: list[str], fail_fast: bool,
@@ -145,15 +162,18 @@ def _run_sweep(plans: list[Any], out: Path, fail_fast: bool, spec: Path,
     from testbed.run.recovery import recover_bundle
     from testbed.run.reuse import NetworkKeeper
     from testbed.run.sweep import run_sweep
+    from testbed.spec.sweep import override_labels
 
     sets = [arg for o in overrides for arg in ("--set", o)]
     extra = {"command": shlex.join(["testbed", "run", str(spec), "--out", str(out), *sets]),
              "spec_file": str(spec)}
     progress = SweepProgress()
     try:
-        check_kernel_support(plans)  # an unknown CC stops here, not after every run failed
+        # an unknown CC or scheduler stops here, not after every run failed
+        check_kernel_support(plans, labels=override_labels(overrides))
     except TestbedError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        for line in error_lines(exc):
+            typer.echo(line, err=True)
         return exc.exit_code
     try:
         with _sigterm_as_interrupt(), NetworkKeeper(
@@ -178,17 +198,28 @@ def _run_sweep(plans: list[Any], out: Path, fail_fast: bool, spec: Path,
     return 1 if failed else 0
 
 
-def print_dry_run(plans: list[Any], out: Path, keep: bool = True) -> None:
-    """Print the runs of plans (a table) and the first run's commands as a shell script.
+def print_dry_run(plans: list[Any], out: Path, keep: bool = True,
+                  target: KernelTarget | None = None,
+                  labels: dict[str, str] | None = None) -> None:
+    """Check plans against the target kernel, then print their runs (a table) and the
+    first run's commands as a shell script.
 
     plans: `RunPlan`s of one spec; out: the folder the runs would go to; keep: False
-    with ``--fresh-networks`` (the run stops its own network).
+    with ``--fresh-networks`` (the run stops its own network); target: the
+    `testbed.run.preflight.KernelTarget` to check against (None or no facts: not
+    checked); labels: key path -> ``--set KEY`` (`testbed.spec.sweep.override_labels`).
+    Raises `UnsupportedError` for a congestion control or scheduler the kernel lacks.
     """
     from rich.console import Console
     from rich.table import Table
 
     from testbed.run.dryrun import dry_run_commands
+    from testbed.run.preflight import check_plans
     from testbed.spec.sweep import value_name
+
+    facts = target.facts if target is not None else None
+    if facts is not None:
+        check_plans(plans, facts, labels)
 
     console = Console(highlight=False, soft_wrap=True)
     table = Table(title=f"{len(plans)} run(s) into {out}", title_justify="left")
@@ -201,7 +232,7 @@ def print_dry_run(plans: list[Any], out: Path, keep: bool = True) -> None:
         table.add_row(str(p.index + 1), p.run_id, str(p.repetition), str(p.seed),
                       *(value_name(p.params[k]) for k in keys))
     console.print(table)
-    runner = dry_run_commands(plans[0], out / plans[0].run_id, keep=keep)
+    runner = dry_run_commands(plans[0], out / plans[0].run_id, keep=keep, kernel=facts)
     if not runner.transcript.entries and ":" in str(plans[0].spec.topology.kind):
         console.print(f"\ncommands not listed: topology {plans[0].spec.topology.kind} is "
                       "code, which only a real run imports and builds (as root)")

@@ -8,6 +8,10 @@ exactly those again.
 Native runs need: root, network namespaces and veth, the htb/tbf/netem qdiscs, the
 ``openvswitch`` kernel module with the OVS daemons running, MPTCP enabled, nftables,
 tcpdump, iperf3, Mininet (with ``mnexec``) and os-ken.  Everything else is informational.
+
+It also prints what the kernel offers (congestion controls, MPTCP schedulers; see
+`testbed.machine.kernel`) and records it per kernel release, so that a dry run can check
+a spec against this kernel later, also from the host when this ran inside ``testbed vm``.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from testbed.core.commands import CommandRunner, which
+from testbed.core.errors import InputError
+from testbed.machine.kernel import KernelFacts, has_module, read_kernel_facts, record_facts
 
 OVS_CTL = Path("/usr/share/openvswitch/scripts/ovs-ctl")
 INSTALL = "run `scripts/install`"
@@ -47,6 +53,7 @@ class Probe:
 
     runner: CommandRunner
     root: Path = Path("/")
+    passive: bool = False  # create, load and start nothing (a dry run's question)
 
     def read(self, path: str) -> str | None:
         """Contents of a /proc or /sys file, stripped, or None if unreadable."""
@@ -57,6 +64,10 @@ class Probe:
 
     def exists(self, path: str) -> bool:
         return (self.root / path.lstrip("/")).exists()
+
+    def module(self, name: str) -> bool:
+        """Kernel module name is loaded, built in or loadable (nothing is loaded)."""
+        return has_module(name, self.root)
 
     def ok(self, argv: list[str], timeout: float = 15) -> bool:
         return self.runner.ok(argv, timeout=timeout, record=False)
@@ -80,7 +91,18 @@ def check_root(p: Probe) -> Check:
 
 
 def check_netns_veth(p: Probe) -> list[Check]:
-    """Create a namespace and a veth pair named after this process, try the qdiscs, delete."""
+    """Create a namespace and a veth pair named after this process, try the qdiscs, delete.
+    A passive probe only looks: root and namespaces, the modules present or loadable."""
+    if p.passive:
+        netns = os.geteuid() == 0 and p.exists("/proc/self/ns/net")
+        checks = [Check("network namespaces", netns, "root with namespaces" if netns else
+                        "not root, or no namespaces", "run as root on a kernel with "
+                        "CONFIG_NET_NS"),
+                  Check("veth", p.module("veth"), "module present or loadable",
+                        "load the veth module (modprobe veth)")]
+        return checks + [Check(name, p.module(name), "module present or loadable",
+                               f"this kernel lacks {name}: use `testbed vm -- CMD`")
+                         for name in ("sch_htb", "sch_tbf", "sch_netem")]
     tag = f"tbdr{os.getpid() % 100000}"
     ns, a, b = f"{tag}ns", f"{tag}a", f"{tag}b"
     checks: list[Check] = []
@@ -113,8 +135,11 @@ def check_netns_veth(p: Probe) -> list[Check]:
 
 
 def check_openvswitch_module(p: Probe) -> Check:
-    ok = p.exists("/sys/module/openvswitch") or p.ok(["modprobe", "openvswitch"])
-    ok = ok and p.exists("/sys/module/openvswitch")
+    if p.passive:
+        ok = p.module("openvswitch")
+    else:
+        ok = p.exists("/sys/module/openvswitch") or p.ok(["modprobe", "openvswitch"])
+        ok = ok and p.exists("/sys/module/openvswitch")
     return Check("openvswitch module", ok,
                  "kernel datapath available" if ok else "kernel has no openvswitch module",
                  "use `testbed vm -- CMD` (boots a stock kernel with the module)")
@@ -127,6 +152,8 @@ def check_ovs_daemons(p: Probe, start: bool = True) -> Check:
     if p.ok(["ovs-vsctl", "--timeout=5", "show"]):
         _code, ver = p.out(["ovs-vsctl", "--version"])
         return Check("OVS daemons", True, f"running ({_first_line(ver)})")
+    if p.passive and start and OVS_CTL.exists() and os.geteuid() == 0:
+        return Check("OVS daemons", True, "not running; a real run starts them")
     if not start:
         return Check("OVS daemons", False, "not running (not started: no kernel datapath here)",
                      "use `testbed vm -- CMD`")
@@ -241,7 +268,8 @@ def run_checks(probe: Probe | None = None, probe_kvm: bool = True) -> list[Check
         lambda: check_root(p),
         lambda: check_netns_veth(p),
         lambda: check_openvswitch_module(p),
-        lambda: check_ovs_daemons(p, start=p.exists("/sys/module/openvswitch")),
+        lambda: check_ovs_daemons(p, start=p.module("openvswitch") if p.passive
+                                  else p.exists("/sys/module/openvswitch")),
         lambda: check_mptcp(p),
         lambda: check_congestion_controls(p),
         lambda: check_nftables(p),
@@ -288,13 +316,34 @@ def report_text(checks: list[Check]) -> str:
     return "\n".join(lines)
 
 
+def kernel_report(facts: KernelFacts, where: Path | None = None) -> tuple[list[str], str]:
+    """Record facts; return the lines that show them and where the record went (or why
+    it did not: the line says so, the doctor goes on)."""
+    try:
+        path = record_facts(facts, where)
+        saved = f"recorded in {path} (what dry runs check specs against)"
+    except (OSError, InputError) as exc:
+        saved = f"not recorded: {exc}"
+    return [f"kernel: {line}" for line in facts.summary()] + [f"kernel: {saved}"], saved
+
+
 def main(as_json: bool = False) -> int:
-    """Print the report; exit code 0 when native runs are possible, else 1."""
+    """Print the report and record the kernel's facts; exit code 0 when native runs are
+    possible, else 1."""
     checks = run_checks()
-    print(report_json(checks) if as_json else report_text(checks))
+    facts = read_kernel_facts()
+    lines, saved = kernel_report(facts)
+    if as_json:
+        data = json.loads(report_json(checks))
+        data["kernel"] = {**facts.to_json(), "record": saved}
+        print(json.dumps(data, indent=2))
+    else:
+        print("\n".join([report_text(checks), *lines]))
     return 0 if native_ok(checks) else 1
 
 
-def can_run_natively() -> bool:
-    """Quick yes/no for the runner (no KVM probe)."""
-    return native_ok(run_checks(probe_kvm=False))
+def can_run_natively(passive: bool = False) -> bool:
+    """Quick yes/no for the runner (no KVM probe).  passive: the same checks without
+    creating, loading or starting anything (a dry run's question: modules and daemons a
+    real run would load or start count as there)."""
+    return native_ok(run_checks(Probe(CommandRunner(), passive=passive), probe_kvm=False))

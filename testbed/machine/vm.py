@@ -6,6 +6,10 @@ host's own filesystem, so the VM sees the checkout, the venv and every installed
 The checkout stays writable (``--rw``); ``/tmp`` inside the VM is a private overlay, so
 a working directory under ``/tmp`` is shared into the guest once more, writable
 (`writable_trees`), or whatever the command writes there would stay in the VM.
+The guest gets this machine's kernel records folder in ``TESTBED_KERNEL_RECORDS``
+(`testbed.machine.kernel`; shared writable if it lies under ``/tmp``), so
+``testbed vm -- testbed doctor`` records the VM kernel's facts where a dry run here
+reads them.
 
 KVM is used when it works with the stock kernel (probed once per kernel and cached);
 otherwise the VM runs under software emulation (TCG), which is slower but complete.
@@ -29,6 +33,7 @@ from pathlib import Path
 
 from testbed.core.commands import CommandRunner, which
 from testbed.core.errors import InputError, MissingFeatureError
+from testbed.machine.kernel import records_dir
 
 PASS_ENV = ("CI", "PYTHONUNBUFFERED", "TERM", "COLUMNS", "NO_COLOR", "FORCE_COLOR",
             "PYTEST_ADDOPTS")
@@ -61,6 +66,12 @@ def find_kernel(kernel: Path | None = None, boot: Path = Path("/boot")) -> Path:
             f"no distribution kernel in {boot}; run `scripts/install --vm` "
             "(installs linux-image-amd64 / linux-image-generic)")
     return images[-1]
+
+
+def kernel_release(kernel: Path | None = None) -> str:
+    """The release (``uname -r`` inside the VM) of the kernel `run_in_vm` boots: its
+    image's name after ``vmlinuz-``.  kernel: explicit image path (see `find_kernel`)."""
+    return find_kernel(kernel).name.removeprefix("vmlinuz-")
 
 
 def find_vng() -> str:
@@ -129,6 +140,8 @@ def guest_command(cmd: list[str], env: dict[str, str] | None = None,
     passed = {k: env[k] for k in PASS_ENV if k in env}
     passed.update({k: v for k, v in env.items() if k.startswith("TESTBED_")})
     passed["TESTBED_IN_VM"] = "1"
+    # a kernel record made inside (`testbed doctor`, a run's start) lands on this machine
+    passed["TESTBED_KERNEL_RECORDS"] = str(records_dir(env))
     if accel is not None:
         passed["TESTBED_VM_ACCEL"] = accel
     passed["PATH"] = os.pathsep.join([str(Path(sys.prefix) / "bin"), "/usr/local/sbin",
@@ -202,6 +215,29 @@ def output_trees(outputs: list[Path], shared: list[str]) -> list[tuple[str, str]
         Path(path).mkdir(parents=True, exist_ok=True)
         trees.append((f"tb_out{len(trees)}", path))
     return trees
+
+
+def record_trees(records: Path, shared: list[str]) -> list[tuple[str, str]]:
+    """The kernel records folder (`testbed.machine.kernel.records_dir`) as a writable tree
+    when it lies under a path the VM keeps private, so that a record made inside reaches
+    this machine; [] when it is on the shared root already (the usual ``~/.cache``) or
+    qemu cannot name it (the record then stays in the VM).  shared: paths already
+    exported.  Mounted by `record_mounts`.
+    """
+    path = str(records)
+    if not _is_private(path) or path in PRIVATE_IN_VM or not _exportable(path) or any(
+            path == p or path.startswith(p + "/") for p in shared):
+        return []
+    Path(path).mkdir(parents=True, exist_ok=True)
+    return [("tb_records", path)]
+
+
+def record_mounts(trees: list[tuple[str, str]]) -> str:
+    """The guest shell line that mounts the records folder; a failure is one line (the
+    command still runs, its kernel record stays in the VM)."""
+    return _per_tree(trees, lambda tag, q: (
+        f"{{ mkdir -p {q} && mount -t 9p -o {WRITABLE_MOUNT_OPTS} {tag} {q}; }} || "
+        f"echo 'testbed vm: note: kernel records in '{q}' stay in the VM' >&2"))
 
 
 def output_mounts(trees: list[tuple[str, str]]) -> str:
@@ -310,7 +346,8 @@ def run_in_vm(cmd: list[str], kernel: Path | None = None, memory: str = "2G", cp
               file=sys.stderr, flush=True)
     writable = writable_trees(os.getcwd())
     outs = output_trees(list(outputs or []), [p for _t, p in writable])
-    shared = [p for _t, p in writable + outs]
+    records = record_trees(records_dir(), [p for _t, p in writable + outs])
+    shared = [p for _t, p in writable + outs + records]
     # an existing file there is an input the guest reads (the overlay shows it); what
     # the guest writes under such a path stays in the VM, so only those are named
     private = [a for a in cmd if (a == "/tmp" or a.startswith(("/tmp/", "/run/")))
@@ -330,11 +367,12 @@ def run_in_vm(cmd: list[str], kernel: Path | None = None, memory: str = "2G", cp
     try:
         cached = [] if os.environ.get("TESTBED_VM_CACHE") == "0" else cached_trees()
         # the writable tree first: the venv may live inside the checkout
-        lines = [writable_mounts(writable), output_mounts(outs), cached_mounts(cached),
+        lines = [writable_mounts(writable), output_mounts(outs), record_mounts(records),
+                 cached_mounts(cached),
                  guest_command(cmd, accel="kvm" if use_kvm else "tcg")]
         inner = "; ".join(line for line in lines if line)
         rc = runner.call(vng_argv(vng, image, memory, cpus, use_kvm, inner, cached,
-                                  writable + outs), env=vng_env(), relay=True)
+                                  writable + outs + records), env=vng_env(), relay=True)
     finally:
         with contextlib.suppress(ValueError):
             signal.signal(signal.SIGTERM, previous)

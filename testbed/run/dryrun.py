@@ -9,6 +9,13 @@ creation is not listed, as it is not in a real run's transcript; nor are the que
 real run does not record (their answers come from `SystemAnswers`).  The bundle the run
 writes goes to a temporary folder; paths in the commands name the run's real folder.
 
+What the run reads of the kernel comes from the facts of the kernel the run would use
+(`testbed.machine.kernel`; the dry run checked the spec against them first): its
+congestion controls (a ``modprobe tcp_<name>`` provides a loadable one) and its MPTCP
+scheduler sysctls.  Without such facts (no record of the VM's kernel) nothing is refused:
+this machine's values are read, a ``modprobe`` is taken to succeed and any scheduler to
+be settable.
+
 A real run's transcript lists the same commands (`tests/integration/test_dry_run_real.py`
 compares them), apart from process ids, times and what a real run's timing decides: a
 flow that ends early with ``stop_when_done``, a capture that needs draining.
@@ -22,6 +29,9 @@ from pathlib import Path
 from testbed.core.commands import CommandRunner
 from testbed.core.recording import RecordingRunner
 from testbed.core.transcript import Transcript, TranscriptEntry
+from testbed.host.mptcp import AVAILABLE_SCHEDULERS, SCHEDULER_SYSCTL
+from testbed.host.transport import AVAILABLE_CC
+from testbed.machine.kernel import KernelFacts
 from testbed.results.bundle import Bundle
 from testbed.run.execute import execute_run
 from testbed.spec.model import CustomTopology
@@ -39,11 +49,14 @@ class SystemAnswers:
     it with its baseline at the end of a run, and puts back what a real run changed, so
     those restoring commands are in a real run's transcript only.
 
-    switches: the topology's switch names.
+    switches: the topology's switch names; kernel: the facts of the kernel the run would
+    use (None: this machine's values, and every ``modprobe tcp_<name>`` succeeds).
     """
 
-    def __init__(self, switches: list[str]):
+    def __init__(self, switches: list[str], kernel: KernelFacts | None = None):
         self.switches = switches
+        self.kernel = kernel
+        self.loaded: list[str] = []  # congestion controls a recorded modprobe provided
         self.sysctl: dict[tuple[str, str], str] = {}
         self.tables: set[tuple[str, str]] = set()
         self.rules: dict[str, list[tuple[str, str, str]]] = {}  # per namespace
@@ -52,6 +65,11 @@ class SystemAnswers:
     def __call__(self, argv: list[str], where: str, input: str | None) -> str:
         if argv[:1] == ["sysctl"]:
             return self._sysctl(argv[1:], where)
+        if argv[:1] == ["modprobe"] and argv[-1].startswith("tcp_"):
+            cc = argv[-1].removeprefix("tcp_")
+            if self.kernel is None or cc in self.kernel.offered_ccs():
+                self.loaded.append(cc)
+            return ""
         if argv == ["ovs-vsctl", "--version"]:
             return OVS_VERSION + "\n"
         if argv == ["ovs-dpctl", "show"]:
@@ -91,13 +109,28 @@ class SystemAnswers:
     def _read(self, where: str, key: str) -> str:
         if (where, key) in self.sysctl:
             return self.sysctl[(where, key)]
+        if key == AVAILABLE_CC:
+            have = (list(self.kernel.congestion_controls) if self.kernel is not None
+                    else self._host(key).split())
+            return " ".join([*have, *(c for c in self.loaded if c not in have)])
+        if key == SCHEDULER_SYSCTL:
+            if self.kernel is None:  # unknown kernel: take any scheduler as settable
+                return self._host(key) or "default"
+            return self.kernel.mptcp_scheduler or ""
+        if key == AVAILABLE_SCHEDULERS:
+            return "" if self.kernel is None else " ".join(self.kernel.mptcp_schedulers or ())
+        return self._host(key)
+
+    @staticmethod
+    def _host(key: str) -> str:
         try:  # this machine's value (a file read; the key is a spec-checked sysctl name)
             return (Path("/proc/sys") / key.replace(".", "/")).read_text().strip()
         except OSError:
             return ""
 
 
-def dry_run_commands(run: RunPlan, run_dir: Path, keep: bool = True) -> CommandRunner:
+def dry_run_commands(run: RunPlan, run_dir: Path, keep: bool = True,
+                     kernel: KernelFacts | None = None) -> CommandRunner:
     """The commands the run would execute, recorded by executing its real code path.
 
     run: the run; run_dir: where its bundle would be (paths in the commands name it);
@@ -105,14 +138,15 @@ def dry_run_commands(run: RunPlan, run_dir: Path, keep: bool = True) -> CommandR
     next run takes a baseline of its hosts' state).  The transcript holds what the run's
     own transcript would: the final stop of a kept network, after the last run, is not
     part of it.  A custom topology is code: a dry run neither imports nor builds it (no
-    commands).
+    commands).  kernel: the facts of the kernel the run would use (see `SystemAnswers`).
     """
     if isinstance(run.spec.topology, CustomTopology):
         return RecordingRunner()
     from testbed.plan.topology import build_topology
     from testbed.run.reuse import NetworkKeeper
 
-    runner = RecordingRunner(SystemAnswers(list(build_topology(run.spec).switches())))
+    runner = RecordingRunner(SystemAnswers(list(build_topology(run.spec).switches()),
+                                           kernel))
     with tempfile.TemporaryDirectory(prefix="testbed-dry-run-") as tmp:
         bundle = Bundle(Path(tmp) / run.run_id)
         bundle.create()

@@ -1,38 +1,126 @@
-"""Before anything is built: the congestion controls the specs name exist on this kernel.
+"""Before anything is built: the congestion controls and the MPTCP scheduler the specs
+name exist on the kernel the runs will use.
 
-`check_kernel_support` runs once before a sweep's or study's first run, so an unknown
-congestion control stops it at once (exit 2, naming the spec key) rather than after
-every run failed; `ensure_ccs` runs again at each run's start (a module may have been
-unloaded since).
+`check_kernel_support` runs once before a sweep's or study's first real run: it records
+this kernel's facts (`testbed.machine.kernel`), refuses an unavailable scheduler, and
+loads (``modprobe``) or refuses each congestion control, so an unknown name stops it at
+once (exit 2, naming the spec key) rather than after every run failed; `ensure_ccs` runs
+again at each run's start (a module may have been unloaded since).
+
+A dry run changes nothing: `kernel_target` picks the kernel the runs would use (this
+machine's, or the ``testbed vm`` kernel's record when runs would go to the VM, by the
+same decision as a real run) and `check_plans` compares the specs with its facts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from testbed.core.commands import CommandRunner
+from testbed.core.errors import InputError, MissingFeatureError, UnsupportedError
+from testbed.machine.kernel import KernelFacts, read_kernel_facts, record_facts
 from testbed.spec.experiment import Experiment
 from testbed.spec.sweep import RunPlan
 
+HOW_TO_RECORD = "`testbed vm -- testbed doctor`"
 
-def check_kernel_support(plans: Sequence[RunPlan], runner: CommandRunner | None = None
-                         ) -> None:
-    """Before the first run: every congestion control the plans name is available on
-    this kernel (loaded if it is a module); raises `UnsupportedError` (exit 2) naming
-    the spec key and listing what the kernel offers, before anything is built."""
-    runner = runner or CommandRunner()
-    seen: set[str] = set()
+
+@dataclass(frozen=True)
+class Wanted:
+    """One kernel feature a plan asks for: the key as the user set it, and the name."""
+
+    key: str
+    what: str  # "cc" | "scheduler"
+    name: str
+
+
+def wanted(plans: Sequence[RunPlan], labels: Mapping[str, str] | None = None
+           ) -> list[Wanted]:
+    """Every congestion control and MPTCP scheduler the plans name, once per key and name.
+
+    labels: key path -> ``--set KEY`` for keys set on the command line
+    (`testbed.spec.sweep.override_labels`); a swept key says so.
+    """
+    labels = labels or {}
+    out: dict[tuple[str, str], Wanted] = {}
+
+    def add(plan: RunPlan, key: str, what: str, name: str | None) -> None:
+        if not name:
+            return
+        shown = labels.get(key, key)
+        if key in plan.params:
+            shown = f"sweep.\"{key}\""
+        out.setdefault((shown, name), Wanted(shown, what, name))
+
     for plan in plans:
         exp = plan.spec
-        wanted = [("transport.cc", exp.transport.cc)] + [
-            (f"workload[{i}].cc", wl.cc) for i, wl in enumerate(exp.workload)
-            if getattr(wl, "cc", None)]
-        for key, cc in wanted:
-            if cc and cc not in seen:
-                from testbed.host.transport import ensure_cc
+        add(plan, "transport.cc", "cc", exp.transport.cc)
+        for i, wl in enumerate(exp.workload):
+            add(plan, f"workload[{i}].cc", "cc", getattr(wl, "cc", None))
+        if exp.transport.protocol == "mptcp":  # ignored for plain TCP (docs/spec.md)
+            add(plan, "transport.scheduler", "scheduler", exp.transport.scheduler)
+    return list(out.values())
 
-                ensure_cc(runner, cc, key=key)
-                seen.add(cc)
+
+def problems(items: Sequence[Wanted], facts: KernelFacts) -> list[str]:
+    """One line for each congestion control or scheduler the kernel does not offer."""
+    lines = []
+    for w in items:
+        if w.what == "cc" and w.name not in facts.offered_ccs():
+            lines.append(f"{w.key}: congestion control {w.name!r} is not available on "
+                         f"kernel {facts.release}; it offers: {facts.cc_offer()}")
+        if w.what == "scheduler":
+            offered = facts.offered_schedulers()
+            if offered is not None and w.name not in offered:
+                lines.append(f"{w.key}: MPTCP scheduler {w.name!r} is not available on "
+                             f"kernel {facts.release}; it offers: {facts.scheduler_offer()}")
+    return lines
+
+
+def check_plans(plans: Sequence[RunPlan], facts: KernelFacts,
+                labels: Mapping[str, str] | None = None) -> None:
+    """Raise `UnsupportedError` (one line per problem) when facts lack what plans name."""
+    lines = problems(wanted(plans, labels), facts)
+    if lines:
+        raise UnsupportedError("\n".join(lines))
+
+
+def record_live(facts: KernelFacts) -> None:
+    """Record this kernel's facts for later dry runs; a failure is one line, not fatal."""
+    try:
+        record_facts(facts)
+    except (OSError, InputError) as exc:
+        print(f"note: kernel facts not recorded: {exc}", file=sys.stderr)
+
+
+def check_kernel_support(plans: Sequence[RunPlan], runner: CommandRunner | None = None,
+                         labels: Mapping[str, str] | None = None,
+                         facts: KernelFacts | None = None) -> None:
+    """Before the first real run: record this kernel's facts, refuse an unavailable MPTCP
+    scheduler, and make every congestion control the plans name available (loaded if a
+    module); raises `UnsupportedError` (exit 2) naming the spec key and what the kernel
+    offers, before anything is built.
+
+    runner: runs ``modprobe``; labels: see `wanted`; facts: this kernel's (default: read
+    and recorded now).
+    """
+    if facts is None:
+        facts = read_kernel_facts()
+        record_live(facts)
+    items = wanted(plans, labels)
+    lines = problems([w for w in items if w.what == "scheduler"], facts)
+    if lines:
+        raise UnsupportedError("\n".join(lines))
+    from testbed.host.transport import ensure_cc
+
+    runner = runner or CommandRunner()
+    seen: set[str] = set()
+    for w in items:
+        if w.what == "cc" and w.name not in seen:
+            ensure_cc(runner, w.name, key=w.key)
+            seen.add(w.name)
 
 
 def ensure_ccs(runner: CommandRunner, exp: Experiment) -> None:
@@ -43,3 +131,45 @@ def ensure_ccs(runner: CommandRunner, exp: Experiment) -> None:
     for i, wl in enumerate(exp.workload):
         if getattr(wl, "cc", None):
             ensure_cc(runner, wl.cc, key=f"workload[{i}].cc")
+
+
+@dataclass(frozen=True)
+class KernelTarget:
+    """The kernel a dry run checks against: its facts (None: could not check) and one
+    line saying which kernel or record it is, or why there is none."""
+
+    facts: KernelFacts | None
+    line: str
+
+
+def kernel_target(in_vm: bool, live: Callable[[], KernelFacts] | None = None,
+                  vm_release: Callable[[], str] | None = None,
+                  load: Callable[[str], KernelFacts | None] | None = None) -> KernelTarget:
+    """The kernel the runs would use, for a dry run (nothing is loaded or written).
+
+    in_vm: the runs would go to ``testbed vm`` (the real run's decision); live: reads
+    this machine's kernel (default `read_kernel_facts`); vm_release: the VM kernel's
+    release (default: the image ``testbed vm`` boots); load: that release's record
+    (default `testbed.machine.kernel.load_record`).
+    """
+    if not in_vm:
+        facts = (live or read_kernel_facts)()
+        return KernelTarget(facts, f"kernel check: this machine's kernel {facts.release} "
+                                   "(the runs would execute here)")
+    from testbed.machine.kernel import load_record, record_path, records_dir
+
+    if vm_release is None:
+        from testbed.machine.vm import kernel_release as vm_release
+    try:
+        release = vm_release()
+    except (InputError, MissingFeatureError) as exc:
+        return KernelTarget(None, f"kernel check: not done: the runs would go to `testbed "
+                                  f"vm`, which has no kernel here ({exc})")
+    facts = (load or load_record)(release)
+    if facts is None:
+        return KernelTarget(None, f"kernel check: not done: no record of the VM kernel "
+                                  f"{release} in {records_dir()}; record it with "
+                                  f"{HOW_TO_RECORD}")
+    when = f" {facts.recorded}" if facts.recorded else ""
+    return KernelTarget(facts, f"kernel check: the VM kernel {release}, recorded{when} in "
+                               f"{record_path(release)} (the runs would go to `testbed vm`)")

@@ -106,13 +106,15 @@ def run_study(study: Path, variant: str = "quick", out: Path | None = None,
     from testbed.run.recovery import recover_bundle
     from testbed.run.reuse import NetworkKeeper
     from testbed.run.sweep import run_sweep
+    from testbed.spec.sweep import override_labels
 
     out = out or default_out(study, variant)
     outcome = StudyOutcome(out=out)
     # validate every spec before running anything: a typo in the last one should not
     # surface after twenty minutes of runs
     plans = plan_study(study, variant, only, overrides)
-    check_kernel_support([p for ps in plans.values() for p in ps])
+    check_kernel_support([p for ps in plans.values() for p in ps],
+                         labels=override_labels(overrides or []))
     sets = "".join(f" --set {shlex.quote(o)}" for o in overrides or [])
     with NetworkKeeper(keep=not fresh_networks, state_dir=out) as keeper:
         execute = partial(execute_run, keeper=keeper, analyze=analyze)
@@ -198,10 +200,11 @@ def in_vm_argv(studies: list[Path], variant: str, out: Path | None,
     return argv
 
 
-def native_ok() -> bool:
-    """Whether experiments can run here (inside the testbed VM they always can)."""
+def native_ok(passive: bool = False) -> bool:
+    """Whether experiments can run here (inside the testbed VM they always can).
+    passive: ask without loading or starting anything (a dry run)."""
     if os.environ.get("TESTBED_IN_VM") == "1":
         return True
     from testbed.machine import doctor
 
-    return doctor.can_run_natively()
+    return doctor.can_run_natively(passive)

@@ -35,16 +35,17 @@ def spec(tmp_path) -> Path:
 def native(monkeypatch):
     """Pretend doctor says native runs work, and run a fake experiment."""
     fake = FakeRunner()
-    monkeypatch.setattr(runcli, "_native_ok", lambda: True)
+    monkeypatch.setattr(runcli, "_native_ok", lambda passive=False: True)
     monkeypatch.setattr("testbed.run.execute.execute_run", fake)
-    monkeypatch.setattr("testbed.run.preflight.check_kernel_support", lambda plans: None)
+    monkeypatch.setattr("testbed.run.preflight.check_kernel_support",
+                        lambda plans, **kw: None)
     return fake
 
 
 def test_an_unavailable_cc_stops_before_the_first_run(spec, tmp_path, native, monkeypatch):
     from testbed.core.errors import UnsupportedError
 
-    def refuse(plans):
+    def refuse(plans, **kw):
         assert len(plans) == 4  # every run's CC is checked before any runs
         raise UnsupportedError("transport.cc: congestion control 'nosuchcc' is not "
                                "available on this kernel; available: reno cubic")
@@ -92,7 +93,7 @@ def test_fresh_networks_turns_reuse_off(spec, tmp_path, native):
 
 def test_a_failed_run_gives_exit_1_and_is_listed(spec, tmp_path, monkeypatch):
     fake = FakeRunner(fail={2})
-    monkeypatch.setattr(runcli, "_native_ok", lambda: True)
+    monkeypatch.setattr(runcli, "_native_ok", lambda passive=False: True)
     monkeypatch.setattr("testbed.run.execute.execute_run", fake)
     res = CliRunner().invoke(app, ["run", str(spec), "--out", str(tmp_path / "o")])
     assert res.exit_code == 1
@@ -102,7 +103,7 @@ def test_a_failed_run_gives_exit_1_and_is_listed(spec, tmp_path, monkeypatch):
 
 def test_fail_fast(spec, tmp_path, monkeypatch):
     fake = FakeRunner(fail={0})
-    monkeypatch.setattr(runcli, "_native_ok", lambda: True)
+    monkeypatch.setattr(runcli, "_native_ok", lambda passive=False: True)
     monkeypatch.setattr("testbed.run.execute.execute_run", fake)
     res = CliRunner().invoke(app, ["run", str(spec), "--out", str(tmp_path / "o"),
                                    "--fail-fast"])
@@ -112,7 +113,7 @@ def test_fail_fast(spec, tmp_path, monkeypatch):
 
 def test_interrupt_exits_130_and_says_how_to_resume(spec, tmp_path, monkeypatch):
     fake = FakeRunner(interrupt={1})
-    monkeypatch.setattr(runcli, "_native_ok", lambda: True)
+    monkeypatch.setattr(runcli, "_native_ok", lambda passive=False: True)
     monkeypatch.setattr("testbed.run.execute.execute_run", fake)
     res = CliRunner().invoke(app, ["run", str(spec), "--out", str(tmp_path / "o")])
     assert res.exit_code == 130
@@ -121,7 +122,7 @@ def test_interrupt_exits_130_and_says_how_to_resume(spec, tmp_path, monkeypatch)
 
 def test_reexecutes_in_the_vm_when_native_runs_are_impossible(spec, tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(runcli, "_native_ok", lambda: False)
+    monkeypatch.setattr(runcli, "_native_ok", lambda passive=False: False)
     outs = []
     monkeypatch.setattr("testbed.machine.vm.run_in_vm",
                         lambda argv, outputs: calls.append(argv) or outs.append(outputs) or 0)
@@ -139,7 +140,8 @@ def test_reexecutes_in_the_vm_when_native_runs_are_impossible(spec, tmp_path, mo
 
 def test_no_vm_never_asks_doctor(spec, tmp_path, monkeypatch):
     fake = FakeRunner()
-    monkeypatch.setattr(runcli, "_native_ok", lambda: pytest.fail("doctor was asked"))
+    monkeypatch.setattr(runcli, "_native_ok",
+                        lambda passive=False: pytest.fail("doctor was asked"))
     monkeypatch.setattr("testbed.run.execute.execute_run", fake)
     res = CliRunner().invoke(app, ["run", str(spec), "--out", str(tmp_path / "o"), "--no-vm"])
     assert res.exit_code == 0 and len(fake.calls) == 4

@@ -97,7 +97,7 @@ def test_run_study_defers_analysis_and_the_host_finishes_it(tmp_path, monkeypatc
     monkeypatch.setattr(testbed.run.execute, "analyze_run", fake_analyze)
     checked: list[int] = []
     monkeypatch.setattr(testbed.run.preflight, "check_kernel_support",
-                        lambda plans: checked.append(len(plans)))
+                        lambda plans, **kw: checked.append(len(plans)))
     study = ROOT / "experiments" / "p2_three_paths"
     out = tmp_path / "p2"
     outcome = run_study(study, "quick", out, only=["loss", "cc"], reports=False,
