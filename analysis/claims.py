@@ -2,10 +2,11 @@
 
 A study (``experiments/<study>/study.py``, found by `analysis.study_registry`) fills a
 `StudyResult` with `Comparison` rows (the paper's number next to ours) and `Claim` s (the
-paper's qualitative finding, whether our runs show it, and the measured values behind the
-verdict).  A claim is never bent: when our runs do not show it, the verdict says so and
-the values are reported.  `load_paper` reads a study folder's ``paper.toml`` (schema:
-experiments/README.md).
+paper's qualitative finding, the evidence our runs give for it -- `analysis.evidence`
+estimates with their repetitions and 95 % intervals -- and the measured values).  A
+claim's verdict (holds, does not hold, inconclusive, no data) is derived from its evidence
+and never bent: when our runs do not show it, or cannot tell, the verdict says so.
+`load_paper` reads a study folder's ``paper.toml`` (schema: experiments/README.md).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from analysis.evidence import Estimate, combine
 from testbed.core.compat import tomllib
 from testbed.core.errors import InputError
 
@@ -33,13 +35,23 @@ class Comparison:
 
 @dataclass
 class Claim:
-    """A qualitative claim; holds is None when our runs cannot decide it (missing data)."""
+    """A qualitative claim and the evidence it rests on (every part must hold)."""
 
     figure: str
     text: str
-    holds: bool | None
+    evidence: list[Estimate]
     measured: dict[str, float] = field(default_factory=dict)
     note: str = ""
+
+    @property
+    def verdict(self) -> str:
+        """holds, does not hold, inconclusive or no data (`analysis.evidence.combine`)."""
+        return combine([e.verdict for e in self.evidence])
+
+    def record(self) -> dict[str, Any]:
+        """The claim as JSON-ready values (claims.json, the reproduction record)."""
+        return {"figure": self.figure, "claim": self.text, "verdict": self.verdict,
+                "evidence": [e.record() for e in self.evidence], "measured": self.measured}
 
 
 @dataclass

@@ -5,7 +5,9 @@
 named by the paper's id (`analysis.study_registry`) fill a `StudyResult`.
 `write_study_report` renders it into ``out/report.html`` with links to each spec's own
 report, the fidelity verdict of every run, and writes the claims' verdicts to
-``out/claims.json``.
+``out/claims.json``.  A claim's row shows its verdict (holds, does not hold,
+inconclusive, no data) and, per part of its evidence, the repetitions per side (n), the
+estimate with its 95 % interval and how the interval was made (`analysis.evidence`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.claims import StudyResult, load_paper, paper_id
+from analysis.claims import Claim, StudyResult, load_paper, paper_id
+from analysis.evidence import FAILS, HOLDS, INCONCLUSIVE, Estimate
 from analysis.report_fidelity import fidelity_banner
 from analysis.study_registry import StudyRegistry
 from testbed.core import safefiles
@@ -55,11 +58,7 @@ def _cell(v: float | None) -> str:
 def render(res: StudyResult, paper: dict[str, Any], out: Path) -> str:
     """The study report as one HTML page."""
     e = html.escape
-    rows = "".join(
-        f"<tr><td>{e(c.figure)}</td><td>{e(c.text)}</td><td class="
-        f"{'ok' if c.holds else ('bad' if c.holds is False else 'na')}>"
-        f"{'shown' if c.holds else ('not shown' if c.holds is False else 'no data')}</td>"
-        f"<td>{e(json.dumps(c.measured))}</td></tr>" for c in res.claims)
+    rows = "".join(_claim_row(c) for c in res.claims)
     comps = "".join(
         f"<tr><td>{e(c.figure)}</td><td>{e(c.quantity)}</td><td>{_cell(c.paper)}</td>"
         f"<td>{_cell(c.ours)}</td><td>{e(c.unit)}</td><td>{e(c.note)}</td></tr>"
@@ -80,20 +79,47 @@ def render(res: StudyResult, paper: dict[str, Any], out: Path) -> str:
 <title>{e(res.study)}: {e(res.title)}</title>
 <style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}
 table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px}}
-.ok{{background:#dfd}}.bad{{background:#fdd}}.na{{background:#eee}}
+.ok{{background:#dfd}}.bad{{background:#fdd}}.na{{background:#eee}}.warn{{background:#ffe9b3}}
 .fid{{padding:8px 12px;border-radius:4px;margin:1em 0;border:1px solid}}
 .fid-ok{{background:#eaf6ea;border-color:#7b7}}.fid-warn,.fid-unknown{{background:#fff6e0;
 border-color:#d90}}.fid-fail{{background:#fde8e8;border-color:#c44}}</style></head><body>
 <h1>{e(res.study)}: {e(res.title)}</h1>{banner}
 <p>{setup}</p>{missing}
 <h2>The paper's claims, on our runs</h2>
-<table><tr><th>figure</th><th>claim</th><th>ours</th><th>measured</th></tr>{rows}</table>
+<p>A claim <b>holds</b> when the 95 % interval of what it rests on lies wholly on its
+side, <b>does not hold</b> when it lies wholly on the other, and is <b>inconclusive</b>
+when it contains 0 (the line) -- or, on one repetition (no interval), when the difference
+is under 10 %.  n: repetitions per side.</p>
+<table><tr><th>figure</th><th>claim</th><th>verdict</th><th>n</th><th>estimate [95 % CI]
+</th><th>how</th><th>measured</th></tr>{rows}</table>
 <h2>Paper vs ours</h2>
 <table><tr><th>figure</th><th>quantity</th><th>paper</th><th>ours</th><th>unit</th>
 <th>note</th></tr>{comps}</table>
 <h2>The paper's figures</h2><ul>{figs}</ul>
 <h2>Per-spec reports</h2><ul>{links}</ul>
 </body></html>"""
+
+
+_CLASS = {HOLDS: "ok", FAILS: "bad", INCONCLUSIVE: "warn"}
+
+
+def _estimate(e: Estimate) -> str:
+    """An estimate as text: value [low, high] (or the value alone on one repetition)."""
+    ci = "" if e.low is None or e.high is None else f" [{_cell(e.low)}, {_cell(e.high)}]"
+    line = "" if e.line is None else f" (line {_cell(e.line)})"
+    return f"{e.quantity}: {_cell(e.value)}{ci}{line}"
+
+
+def _claim_row(c: Claim) -> str:
+    """One claim as a table row: a line per part of its evidence in the n/estimate cells."""
+    e = html.escape
+    parts = c.evidence
+    return (f"<tr><td>{e(c.figure)}</td><td>{e(c.text)}</td>"
+            f"<td class={_CLASS.get(c.verdict, 'na')}>{e(c.verdict)}</td>"
+            f"<td>{'<br>'.join(e(' / '.join(map(str, p.n))) for p in parts)}</td>"
+            f"<td>{'<br>'.join(e(_estimate(p)) for p in parts)}</td>"
+            f"<td>{'<br>'.join(e(f'{p.method}: {p.verdict}') for p in parts)}</td>"
+            f"<td>{e(json.dumps(c.measured))}</td></tr>")
 
 
 def _fidelity_banner(out: Path) -> str:
@@ -124,7 +150,6 @@ def write_study_report(study: Path, out: Path, registry: StudyRegistry | None = 
     out.mkdir(parents=True, exist_ok=True)
     target = out / "report.html"
     atomic_write_text(target, render(res, paper, out))
-    claims = [{"figure": c.figure, "claim": c.text, "holds": c.holds, "measured": c.measured}
-              for c in res.claims]
+    claims = [c.record() for c in res.claims]
     atomic_write_text(out / "claims.json", json.dumps(claims, indent=1))
     return target

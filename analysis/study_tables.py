@@ -4,7 +4,9 @@
 one metrics table (flows, timeseries, ping, events ...) over every complete run, with the
 run's id and swept parameters as columns (``run_id``, ``param:<key path>``); the helpers
 below turn those into the numbers the studies compare: a workload's throughput
-(`workload_rate`), the rate inside a time window (`window_rate`).  Folders and files are
+(`workload_rates`: one value per run, the repetitions a claim's interval is made over;
+`workload_rate`: their mean), the rate inside a time window (`window_rates`,
+`window_rate`).  Folders and files are
 read as untrusted input (`testbed.core.safefiles`: no symbolic link is followed).
 """
 
@@ -92,31 +94,40 @@ def select_runs(df: pd.DataFrame, run_filter: dict[str, Any] | None) -> pd.DataF
     return df
 
 
-def workload_rate(flows: pd.DataFrame, workload: str, run_filter: dict[str, Any] | None = None
-                  ) -> float | None:
-    """Mean throughput (bit/s) of the flows of one workload (summed per run, then averaged).
+def workload_rates(flows: pd.DataFrame, workload: str,
+                   run_filter: dict[str, Any] | None = None) -> list[float]:
+    """Throughput (bit/s) of one workload's flows, summed per run: one value per run.
 
-    flows: `top_flows`; workload: its name; run_filter: {"param:key": value} to select runs.
+    flows: `top_flows`; workload: its name; run_filter: {"param:key": value} to select
+    runs.  A run's value is its flows' bytes over the span from the first start to the
+    last end.  [] when no run matches.
     """
     if flows.empty or "workload" not in flows:
-        return None
+        return []
     sel = select_runs(flows[flows["workload"] == workload], run_filter)
     if sel is None or sel.empty:
-        return None
+        return []
     per_run = sel.groupby("run_id").apply(
         lambda g: (numeric(g["bytes"]).sum() * 8)
         / max(numeric(g["end"]).max() - numeric(g["start"]).min(), 1e-9), include_groups=False)
-    return float(per_run.mean())
+    return [float(v) for v in per_run]
 
 
-def window_rate(spec_out: Path, t_from: float, t_to: float,
+def workload_rate(flows: pd.DataFrame, workload: str, run_filter: dict[str, Any] | None = None
+                  ) -> float | None:
+    """Mean over runs of `workload_rates` (bit/s); None when no run matches."""
+    rates = workload_rates(flows, workload, run_filter)
+    return sum(rates) / len(rates) if rates else None
+
+
+def window_rates(spec_out: Path, t_from: float, t_to: float,
                 run_filter: dict[str, Any] | None = None, kinds: tuple[str, ...] = SENT,
-                table: pd.DataFrame | None = None) -> float | None:
-    """Average rate (bit/s) in [t_from, t_to) seconds after the run's start.
+                table: pd.DataFrame | None = None) -> list[float]:
+    """Average rate (bit/s) in [t_from, t_to) seconds after the run's start, per run.
 
-    Sums the goodput series of every top-level flow per run, then averages over the runs
-    that match run_filter (a run without data in the window counts as 0).  kinds: the
-    timeseries kinds to add up -- `SENT`: TCP/UDP flows' new data at the sender ("flow")
+    Sums the goodput series of every top-level flow per run: one value for each run that
+    matches run_filter (a run without data in the window counts as 0; [] when none does).
+    kinds: the timeseries kinds to add up -- `SENT`: TCP/UDP flows' new data at the sender ("flow")
     and MPTCP connections ("connection"; their subflows are not added again); `DELIVERED`:
     TCP flows' bytes acknowledged by their receiver ("delivered") instead of "flow", except
     in runs analysed before that series existed, which count "flow".  table: the
@@ -124,14 +135,14 @@ def window_rate(spec_out: Path, t_from: float, t_to: float,
     """
     ts = run_table(spec_out, "timeseries") if table is None else table
     if ts.empty:
-        return None
+        return []
     wanted = ts["kind"].isin(list(kinds))
     if "delivered" in kinds:
         has = ts.loc[ts["kind"] == "delivered", "run_id"].unique()
         wanted |= (ts["kind"] == "flow") & ~ts["run_id"].isin(has)
     sel = select_runs(ts[wanted], run_filter)
     if sel is None or sel.empty:
-        return None
+        return []
     t_rel = numeric(sel["t_rel"])
     sel = sel[(t_rel >= t_from - 1e-9) & (t_rel < t_to - 1e-9)]
     rate = numeric(sel["goodput_bps"]).fillna(numeric(sel["rate_bps"]))
@@ -140,7 +151,15 @@ def window_rate(spec_out: Path, t_from: float, t_to: float,
     matching = select_runs(ts, run_filter)
     runs = set(matching["run_id"]) if matching is not None else set()
     per_run = per_run.reindex(sorted(runs), fill_value=0.0)
-    return float(per_run.mean()) if len(per_run) else None
+    return [float(v) for v in per_run]
+
+
+def window_rate(spec_out: Path, t_from: float, t_to: float,
+                run_filter: dict[str, Any] | None = None, kinds: tuple[str, ...] = SENT,
+                table: pd.DataFrame | None = None) -> float | None:
+    """Mean over runs of `window_rates` (bit/s); None when no run matches."""
+    rates = window_rates(spec_out, t_from, t_to, run_filter, kinds, table)
+    return sum(rates) / len(rates) if rates else None
 
 
 def resolved_spec(spec_out: Path) -> dict[str, Any] | None:

@@ -4,6 +4,13 @@ Which number answers which claim (README.md says why): per ``case*`` spec, what 
 receiver got in the 5 s after the planned handover against the ideal of the paper's eq. 2
 (`ideal_rate`), computed from the link as the run's schedule applied it (`applied_steps`),
 or as the spec planned it (`capacity_steps`); and the paper's TCP/mm utilisation figures.
+
+The claim ("TCP stays well below the ideal, < 80 %") is a threshold on a ratio, not a
+difference: each run gives its utilisation (what the receiver got over that run's own
+ideal), and the claim rests on their mean as a `level` below 80 % with Student's t 95 %
+interval over the repetitions (analysis.evidence).  The quick spec runs once, so the
+one-repetition rule applies: the utilisation must be at least 10 % of the line away from
+80 % (below 72 %) to hold; CI runs gave 72-86 % (README.md).
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.claims import Claim, Comparison, StudyResult, measured
+from analysis.evidence import level
 from analysis.study_tables import DELIVERED, resolved_spec, run_table, window_rate
 from testbed.core.units import parse_duration, parse_rate
 
@@ -101,6 +109,9 @@ def _case(spec_dir: Path, spec: dict[str, Any], res: StudyResult) -> None:
     t_to = min(t_h + 5.0, t_end)
     key = "param:transport.cc"
     ts = run_table(spec_dir, "timeseries")
+    if ts.empty:  # complete runs without a timeseries table: nothing to compare
+        res.missing.append(spec_dir.name)
+        return
     events = run_table(spec_dir, "events")
     values = sorted(ts[key].astype(str).unique()) if key in ts else [None]
     # what the receiver got, as the paper's throughput is: right after a rate drop the
@@ -136,5 +147,7 @@ def _case(spec_dir: Path, spec: dict[str, Any], res: StudyResult) -> None:
         if spec_dir.name.startswith("case1_wlan_to_imt"):
             res.claims.append(Claim(
                 label, "right after a 20 Mbit/s -> 384 kbit/s handover TCP stays well "
-                "below the ideal (< 80 %)", None if util is None else util < 80,
+                "below the ideal (< 80 %)",
+                [level("utilisation of the ideal, %", [100 * r / i for r, i in got], 80.0,
+                       above=False)],
                 measured({"utilisation_pct": util, "ideal_mbit": ideal / 1e6})))

@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from analysis.evidence import HOLDS
 from analysis.study_report import evaluate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,8 +90,7 @@ def test_quick_study(study: str, studies_out: Path) -> None:
     verdicts = _verdicts(out)
     record = {"runs": len(statuses), "failed": failed, "missing": res.missing,
               "fidelity": verdicts,
-              "claims": [{"figure": c.figure, "claim": c.text, "holds": c.holds,
-                          "measured": c.measured} for c in res.claims],
+              "claims": [c.record() for c in res.claims],
               "comparisons": [c.__dict__ for c in res.comparisons]}
     (RECORD / f"{study}.json").write_text(json.dumps(record, indent=1, default=str))
     specs = sorted(p.stem for p in (folder / "quick").glob("*.toml"))
@@ -112,7 +112,9 @@ def test_quick_study(study: str, studies_out: Path) -> None:
     for c in res.claims:
         if _matches(c.figure, c.text, DOCUMENTED[study]):
             assert "not show" in readme or "does not reproduce" in readme, c.text
-            print(f"\nDOCUMENTED {study} {c.figure}: {c.text}: holds={c.holds} {c.measured}")
+            print(f"\nDOCUMENTED {study} {c.figure}: {c.text}: {c.verdict} "
+                  f"{[e.record() for e in c.evidence]}")
             continue
         if _matches(c.figure, c.text, REQUIRED[study]):
-            assert c.holds, f"{c.figure}: {c.text}: {c.measured}"
+            assert c.verdict == HOLDS, \
+                f"{c.figure}: {c.text}: {c.verdict} {[e.record() for e in c.evidence]}"

@@ -50,10 +50,14 @@ REUSED_S = {"multipath": 20.0, "fattree": 70.0}
 VM_BOOT_S = 85.0
 BETWEEN_RUNS_S = 4.0
 FATTREE_STOP_S = 65.0
-QUICK_BUDGET_S = {"p0_wifi_3g": 7 * 60, "p1_fattree_spray": 10.5 * 60,
+# Issue 25: a claim resting on a difference gets 3 repetitions where CI's time allows
+# (P0 paths and subflows, P4 simple).  This model, calibrated on run B, over-estimates
+# today's VM: 1766 s for the 30 runs before issue 25 where run F (2026-11-25) measured
+# 1109 s for 32; the 46 runs now estimate 2238 s (run F's per-run times: ~1500 s).
+QUICK_BUDGET_S = {"p0_wifi_3g": 12 * 60, "p1_fattree_spray": 10.5 * 60,
                   "p2_three_paths": 4.5 * 60, "p3_handover": 5 * 60,
-                  "p4_rbuf_blocking": 3.5 * 60}
-QUICK_TOTAL_BUDGET_S = 30 * 60  # issue 8: all five quick studies within 30 min
+                  "p4_rbuf_blocking": 5.5 * 60}
+QUICK_TOTAL_BUDGET_S = 38 * 60  # issue 8: 30 min; issue 25: + the repetitions
 QUICK_MAX_RATE_BPS = 20_000_000
 
 # Specs that exist only in the full variant (each is named in its study's README).
@@ -185,7 +189,8 @@ def test_quick_rates_at_most_20mbit(path: Path) -> None:
 @pytest.mark.parametrize("path", spec_files(variant="quick"), ids=rel)
 def test_quick_is_short_and_single(path: Path) -> None:
     for plan in plans_of(path):
-        assert plan.spec.repetitions == 1, f"{rel(path)}: quick runs once"
+        assert plan.spec.repetitions <= 3, \
+            f"{rel(path)}: quick repeats a point at most 3 times (enough for a claim)"
         assert plan.spec.duration <= 30, f"{rel(path)}: quick runs last at most 30 s"
 
 
@@ -196,7 +201,8 @@ def test_quick_time_budget() -> None:
         assert seconds <= QUICK_BUDGET_S[study], \
             f"{study}: quick {runs} runs ~{seconds:.0f} s > {QUICK_BUDGET_S[study]:.0f} s"
         total += seconds
-    assert total <= QUICK_TOTAL_BUDGET_S, f"all quick studies ~{total:.0f} s > 30 min"
+    assert total <= QUICK_TOTAL_BUDGET_S, \
+        f"all quick studies ~{total:.0f} s > {QUICK_TOTAL_BUDGET_S / 60:.0f} min"
 
 
 def test_budget_estimate_counts_fixed_cost_and_duration(tmp_path: Path) -> None:

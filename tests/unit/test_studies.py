@@ -157,7 +157,7 @@ def test_p3_utilisation_reads_what_the_receiver_acknowledged(tmp_path):
     util = [c for c in res.comparisons if c.quantity == "utilisation of the ideal"]
     assert [round(c.ours, 1) for c in util] == [50.0]  # not the 111 % the sender sent
     claim = next(c for c in res.claims if "well below" in c.text)
-    assert claim.holds is True and claim.measured["utilisation_pct"] == pytest.approx(50.0)
+    assert claim.verdict == "holds" and claim.measured["utilisation_pct"] == pytest.approx(50.0)
 
 
 def test_p3_ideal_counts_the_link_as_the_schedule_applied_it(tmp_path):

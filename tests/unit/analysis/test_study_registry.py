@@ -18,13 +18,15 @@ SPEC = (ROOT / "experiments" / "examples" / "minimal.toml").read_text()
 
 STUDY_MODULE = '''
 from analysis.claims import Claim, Comparison, measured
+from analysis.evidence import difference
 from analysis.study_tables import top_flows
 
 
 def evaluate(paper, out, res):
     flows = top_flows(out / "demo")
     res.comparisons.append(Comparison("Fig. 1", "flows", 1.0, float(len(flows)), ""))
-    res.claims.append(Claim("Fig. 1", "the demo study is evaluated", True,
+    res.claims.append(Claim("Fig. 1", "the demo study is evaluated",
+                            [difference("b - a", [1.0, 1.1, 0.9], [2.0, 2.1, 1.9])],
                             measured({"runs": 0.0})))
 '''
 
@@ -68,7 +70,9 @@ def test_a_new_study_folder_is_found_through_the_registry(tmp_path: Path) -> Non
     assert [c.text for c in res.claims] == ["the demo study is evaluated"]
     report = write_study_report(folder, out, registry)
     assert "the demo study is evaluated" in report.read_text()
-    assert json.loads((out / "claims.json").read_text())[0]["holds"] is True
+    claim = json.loads((out / "claims.json").read_text())[0]
+    assert claim["verdict"] == "holds" and claim["evidence"][0]["n"] == [3, 3]
+    assert "Welch t, df 4.0: holds" in report.read_text()
     # the project's registry does not know it
     with pytest.raises(InputError, match=r"paper\.id .P9. is not one of P0, P1, P2, P3, P4"):
         evaluate(folder, out)
