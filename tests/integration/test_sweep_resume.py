@@ -1,6 +1,7 @@
-"""A real sweep in the VM: 2 values x 2 repetitions over a small multipath spec.
+"""A real sweep in the VM: 2 values over a small multipath spec (repetitions expand
+the same way, tests/unit; two runs keep CI short).
 
-Checks, with real networks: 4 complete bundles and a 4-row summary; a sweep interrupted
+Checks, with real networks: 2 complete bundles and a 2-row summary; a sweep interrupted
 (SIGINT) after its first run completed leaves that run untouched and a re-run redoes
 only what was not complete; ``testbed query`` joins runs and flows.  It prints the
 fixed per-run overhead (set-up + teardown, from each bundle's ``timing``).
@@ -29,7 +30,7 @@ SPEC = """
 name = "itsweep"
 duration = "30s"
 seed = 7
-repetitions = 2
+repetitions = 1
 stop_when_done = true
 
 [topology]
@@ -111,14 +112,14 @@ def test_sweep_interrupt_resume_and_query(tmp_path):
     res = subprocess.run(cmd, capture_output=True, text=True, env=_env(), cwd=REPO,
                          timeout=4800)
     assert res.returncode == 0, res.stdout + res.stderr
-    assert f"{len(done)} of 4 runs already complete" in res.stderr
+    assert f"{len(done)} of 2 runs already complete" in res.stderr
     st = _statuses(out)
-    assert len(st) == 4 and set(st.values()) == {"complete"}, st
+    assert len(st) == 2 and set(st.values()) == {"complete"}, st
     for k, blob in kept.items():
         assert (out / k / "metadata.json").read_bytes() == blob, f"{k} was rewritten"
     summary = pd.read_parquet(out / "summary.parquet")
-    assert len(summary) == 4 and set(summary["status"]) == {"complete"}
-    assert sorted(summary["transport.cc"]) == ["cubic", "cubic", "reno", "reno"]
+    assert len(summary) == 2 and set(summary["status"]) == {"complete"}
+    assert sorted(summary["transport.cc"]) == ["cubic", "reno"]
 
     # 3. every bundle has what the contract lists
     for run in st:
@@ -144,7 +145,7 @@ def test_sweep_interrupt_resume_and_query(tmp_path):
     lines = res.stdout.strip().splitlines()
     assert lines[0] == "cc,n,bytes" and [ln.split(",")[0] for ln in lines[1:]] == \
         ["cubic", "reno"]
-    assert all(int(ln.split(",")[1]) >= 2 and float(ln.split(",")[2]) > 0 for ln in lines[1:])
+    assert all(int(ln.split(",")[1]) >= 1 and float(ln.split(",")[2]) > 0 for ln in lines[1:])
 
     # 5. the fixed per-run overhead (printed for the record; run with -s)
     rows = []
