@@ -10,7 +10,7 @@ is ``docs/spec.md``.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import (
     BaseModel,
@@ -221,6 +221,10 @@ class ScheduleEvent(SpecModel):
     (bit/s), delay, jitter (s), loss (%): new values, None keeps the link's (and a
     path's distribution, reorder and ge always stay).
     """
+
+    # an entry with ``trace`` is expanded before it validates (`testbed.spec.trace`); named
+    # here so that an unknown key's hint offers it
+    other_keys: ClassVar[tuple[str, ...]] = ("trace",)
 
     at: Duration
     link: Annotated[str, Field(min_length=1)]

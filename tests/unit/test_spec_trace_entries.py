@@ -175,3 +175,10 @@ def test_a_trace_needs_the_spec_s_folder() -> None:
     with pytest.raises(SpecError, match=r"schedule\[1\].trace: a trace is read only with the "
                                         "spec file"):
         validate_spec(data, "s.toml")
+
+
+def test_a_misspelt_trace_key_is_hinted(tmp_path: Path) -> None:
+    path = _spec(tmp_path)
+    path.write_text(path.read_text().replace('trace = "cell.csv"', 'trce = "cell.csv"'))
+    assert any("schedule[1].trce: unknown key; did you mean 'trace'?" in p
+               for p in _problems(path))
