@@ -3,9 +3,11 @@
 A 4 s multipath run at 10 Mbit/s: path ``wifi`` with normally distributed jitter kept in
 order (``distribution``, ``reorder = false``), path ``cell`` with Gilbert-Elliott loss
 (``ge``); ``wifi`` goes ``down`` at 1 s and comes back with ``up = true`` at 2 s; a
-3-row CSV trace written next to the spec changes ``cell``'s rate from 0.5 s on.  The run
-must be complete, its ``metrics/events.parquet`` must hold each of the five events
-(link, up, bw) at its planned time with no error, and its commands the netem options.
+3-row CSV trace written next to the spec changes ``cell``'s rate from 0.5 s on, and
+``wifi``'s delay changes at 3 s (a netem ``change`` that must keep its distribution and
+in-order rate).  The run must be complete, its ``metrics/events.parquet`` must hold each
+of the six events (link, up, bw, delay) at its planned time with no error, and its
+commands the netem options.
 
     testbed vm -- .venv/bin/pytest -m integration -s tests/integration/test_schedule_spec.py
 """
@@ -77,12 +79,17 @@ up = true
 link = "cell"
 trace = "cell.csv"
 at = "500ms"
+
+[[schedule]]
+at = "3s"
+link = "wifi"
+delay = "15ms"
 """
 TRACE = "time,bw\n0s,5Mbit\n1s,2Mbit\n2s,10Mbit\n"
 # (seconds after t0, link, changes) of every event, in time order
 EXPECTED = [(0.5, "cell", {"bw_bps": 5_000_000}), (1.0, "wifi", {"up": False}),
             (1.5, "cell", {"bw_bps": 2_000_000}), (2.0, "wifi", {"up": True}),
-            (2.5, "cell", {"bw_bps": 10_000_000})]
+            (2.5, "cell", {"bw_bps": 10_000_000}), (3.0, "wifi", {"delay_s": 0.015})]
 
 
 def test_a_spec_with_up_trace_distribution_reorder_and_ge_runs(tmp_path: Path) -> None:
@@ -111,6 +118,11 @@ def test_a_spec_with_up_trace_distribution_reorder_and_ge_runs(tmp_path: Path) -
     commands = (run / "commands.sh").read_text()
     assert "netem delay 10000us 2000us distribution normal rate 10000000000bit" in commands
     assert "netem delay 20000us loss gemodel 1% 30% 100% 0%" in commands
+    # a change states the whole netem configuration: the path's distribution, in-order
+    # rate and Gilbert-Elliott loss stay
+    assert "change dev s1-eth1 root handle 1: netem delay 15000us 2000us distribution normal " \
+        "rate 10000000000bit" in commands
+    assert "change dev s2-eth1 root handle 1: netem delay 20000us loss gemodel" in commands
     resolved = tomllib.loads((run / "spec.toml").read_text())  # re-runs without cell.csv
     assert not any("trace" in e for e in resolved["schedule"])
-    assert len(resolved["schedule"]) == 5
+    assert len(resolved["schedule"]) == 6
