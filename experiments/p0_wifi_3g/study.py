@@ -90,7 +90,8 @@ def _outage(out: Path, res: StudyResult) -> None:
     spec = resolved_spec(out / "outage")
     if spec is None:
         return
-    downs = [parse_duration(e["at"]) for e in spec.get("schedule", []) if e.get("down")]
+    downs = [parse_duration(e["at"]) for e in spec.get("schedule", [])
+             if e.get("down") or e.get("up") is False]
     ups = [parse_duration(e["at"]) for e in spec.get("schedule", [])
            if e.get("down") is False or e.get("up")]
     t_down = downs[0] if downs else None

@@ -12,8 +12,9 @@ bundle file must not hang it.  So these helpers:
   ``skipped <path>: <reason>`` to warnings when something is there but not followed;
 * `files_in(root, rel, suffixes, warnings)`: the regular files of a folder;
 * `safe_href(target)`: a link a report may write (http(s), or relative inside its folder);
-* `read_bytes(path)` / `read_text(path)`: open with ``O_NOFOLLOW`` and refuse anything but
-  a regular file (checked on the open descriptor, so a swap after `check` does not help).
+* `read_bytes(path, limit)` / `read_text(path)`: open with ``O_NOFOLLOW`` and refuse anything
+  but a regular file (checked on the open descriptor, so a swap after `check` does not
+  help), or one larger than limit bytes.
 """
 
 from __future__ import annotations
@@ -116,10 +117,15 @@ def files_in(root: Path, rel: str | Path, suffixes: tuple[str, ...] = (),
     return out
 
 
-def read_bytes(path: Path) -> bytes:
+class FileTooLargeError(InputError):
+    """A file larger than its reader allows."""
+
+
+def read_bytes(path: Path, limit: int | None = None) -> bytes:
     """The contents of a regular file, opened without following a final symbolic link.
 
-    Raises `UnsafeFileError` for a link, FIFO, device or directory; OSError otherwise.
+    limit: the most bytes allowed (None: no bound).  Raises `UnsafeFileError` for a link,
+    FIFO, device or directory, `FileTooLargeError` above limit; OSError otherwise.
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -130,7 +136,10 @@ def read_bytes(path: Path) -> bytes:
     with os.fdopen(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
             raise UnsafeFileError(f"{path}: not a regular file; skipped")
-        return f.read()
+        data = f.read() if limit is None else f.read(limit + 1)
+    if limit is not None and len(data) > limit:
+        raise FileTooLargeError(f"{path}: larger than {limit} bytes")
+    return data
 
 
 def read_text(path: Path) -> str:

@@ -156,8 +156,8 @@ class LinkState:
         new = event.apply_to(link.shape)
         if new != link.shape:
             self.set_shape(runner, event.link, new, at=event.at)
-        if event.up is not None and event.up != link.up:
-            self.set_up(runner, event.link, event.up, at=event.at)
+        if event.link_up is not None and event.link_up != link.up:
+            self.set_up(runner, event.link, event.link_up, at=event.at)
 
     def restore_configured(self, runner: CommandRunner) -> None:
         """Give every link that a schedule changed its configured shape and state back."""

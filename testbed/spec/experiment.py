@@ -28,6 +28,7 @@ from testbed.spec.model import (
     FlowsWorkload,
     MultipathTopology,
     Name,
+    PathSpec,
     Sampler,
     ScheduleEvent,
     SpecModel,
@@ -100,6 +101,8 @@ def check_experiment(exp: Experiment) -> None:
     links = topo.link_names()
     if isinstance(topo, MultipathTopology):
         attempt(_no_duplicates, [p.name for p in topo.paths], "topology.paths", "name")
+        for i, path in enumerate(topo.paths):
+            attempt(_check_path, path, f"topology.paths[{i}]")
     attempt(_check_repetition, exp)
     attempt(_check_controller, exp)
     names = [exp.workload_name(i) for i in range(len(exp.workload))]
@@ -134,14 +137,33 @@ def _check_controller(exp: Experiment) -> None:
                         f"{quoted_choices(FABRIC_KINDS)}")
 
 
+def _check_path(path: PathSpec, where: str) -> None:
+    """The keys of a path that go together: jitter's options, and one kind of loss."""
+    problems = []
+    if path.distribution is not None and not path.jitter:
+        problems.append(f"{where}.distribution: shapes the jitter, but this path has none; "
+                        "set jitter (e.g. jitter = \"5ms\") or remove distribution")
+    if not path.reorder and not path.jitter:
+        problems.append(f"{where}.reorder: false keeps jittered packets in order, but this "
+                        "path has no jitter; set jitter or remove reorder")
+    if path.ge is not None and path.loss:
+        problems.append(f"{where}.ge: give either loss (random) or ge (Gilbert-Elliott), "
+                        "not both; remove one of them")
+    if problems:
+        raise SpecError("\n".join(problems))
+
+
 def _check_event(exp: Experiment, i: int, ev: ScheduleEvent, links: list[str] | None) -> None:
     topo = exp.topology
     where = f"schedule[{i}]"
     if not ev.changes():
-        raise SpecError(f"{where}: changes nothing; give down = true/false or one of "
-                        "bw, delay, jitter, loss")
-    if ev.down is True and len(ev.changes()) > 1:
-        raise SpecError(f"{where}.down: a link taken down cannot change bw/delay/jitter/"
+        raise SpecError(f"{where}: changes nothing; give down = true/false, up = true/false "
+                        "or one of bw, delay, jitter, loss")
+    if ev.up is not None and ev.down is not None:
+        raise SpecError(f"{where}.up: give up or down, not both (up = true is down = false)")
+    if ev.link_up is False and ev.shape_changes():
+        key = "down" if ev.down is not None else "up"
+        raise SpecError(f"{where}.{key}: a link taken down cannot change bw/delay/jitter/"
                         "loss in the same event; use a second event")
     if ev.at >= exp.duration:
         raise SpecError(f"{where}.at: {_fmt_d(ev.at)} is not before the end of the run "
@@ -153,6 +175,11 @@ def _check_event(exp: Experiment, i: int, ev: ScheduleEvent, links: list[str] | 
         raise SpecError(f"{where}.link: no link named {ev.link!r}; {hint}")
     if isinstance(topo, FatTreeTopology):
         _check_fattree_link(topo, ev.link, f"{where}.link")
+    if isinstance(topo, MultipathTopology) and ev.loss is not None:
+        path = next((p for p in topo.paths if p.name == ev.link), None)
+        if path is not None and path.ge is not None:
+            raise SpecError(f"{where}.loss: path {ev.link!r} has Gilbert-Elliott loss (ge), "
+                            "which a schedule cannot change; remove loss from this event")
 
 
 def _check_workload(exp: Experiment, i: int, wl: Any, hosts: list[str] | None) -> None:

@@ -7,6 +7,9 @@ the file (or ``--set KEY``), the key path and a hint::
     spec.toml: topology.paths[0].bw: "10 mbps" is not a rate; did you mean "10Mbit"?
     spec.toml: workload[0].dst: no host named 'sever'; did you mean 'server'?
 
+A ``[[schedule]]`` entry naming a ``trace`` file becomes one event per row of the file
+before the spec validates (`testbed.spec.trace.expand_traces`), so the `Experiment` holds
+plain events; the file's problems are reported with the spec's others.
 `spec_to_data` / `spec_to_toml` write a spec back with its unit strings, exactly.
 Sweeps, overrides, seeds and run ids live in `testbed.spec.sweep`.
 """
@@ -24,6 +27,7 @@ from testbed.core.errors import SpecError
 from testbed.spec.experiment import Experiment
 from testbed.spec.problems import data_path, show_parts, validation_problems
 from testbed.spec.quantities import USER_TEXT
+from testbed.spec.trace import TraceFolder, expand_traces
 
 
 def read_toml(path: Path) -> dict[str, Any]:
@@ -46,21 +50,31 @@ def read_toml(path: Path) -> dict[str, Any]:
 
 
 def validate_spec(data: dict[str, Any], source: str = "spec",
-                  labels: dict[str, str] | None = None) -> Experiment:
+                  labels: dict[str, str] | None = None,
+                  traces: TraceFolder | None = None) -> Experiment:
     """Validate a spec dict into an `Experiment`; raise a `SpecError` naming every problem.
 
     data: the parsed TOML; source: the file name that prefixes each problem's line;
     labels: key path as shown (``topology.paths[0].bw``) -> what to name instead of the
-    file for problems at or under that key (``--set topology.paths.0.bw``).
+    file for problems at or under that key (``--set topology.paths.0.bw``); traces: the
+    spec's folder, where ``[[schedule]]`` entries with ``trace`` read their files (None:
+    such an entry is a problem).
     The error's message has one line per problem: ``<source>: <key path>: <what, hint>``.
     """
+    expanded = expand_traces(data, traces)
+    data = expanded.data
+    problems = list(expanded.problems)
     try:
-        return Experiment.model_validate(data, context=USER_TEXT)
+        exp = Experiment.model_validate(data, context=USER_TEXT)
     except ValidationError as exc:
-        problems = validation_problems(exc, data)
-        problems += [p for p in _cross_problems(exc, data) if p not in problems]
+        found = validation_problems(exc, data)
+        found += [p for p in _cross_problems(exc, data) if p not in found]
+        problems += expanded.as_written(found)
     except SpecError as exc:
-        problems = str(exc).splitlines()
+        problems += expanded.as_written(str(exc).splitlines())
+    else:
+        if not problems:
+            return exp
     raise SpecError("\n".join(_labelled(p, source, labels or {}) for p in problems)) \
         from None
 
@@ -113,7 +127,7 @@ def _cross_problems(exc: ValidationError, data: dict[str, Any]) -> list[str]:
 
 def load_spec(path: Path) -> Experiment:
     """Read and validate a spec file without sweeping (the sweep table is kept as data)."""
-    return validate_spec(read_toml(path), str(path))
+    return validate_spec(read_toml(path), str(path), traces=TraceFolder(Path(path).parent))
 
 
 

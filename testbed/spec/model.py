@@ -10,7 +10,7 @@ is ``docs/spec.md``.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import (
     BaseModel,
@@ -24,7 +24,7 @@ from pydantic_core import PydanticCustomError
 
 from testbed.core.errors import InputError
 from testbed.spec.controller_kinds import CONTROLLER_KINDS
-from testbed.spec.linkshape import DEFAULT_QUEUE_PKTS, LinkShape
+from testbed.spec.linkshape import DEFAULT_QUEUE_PKTS, DISTRIBUTIONS, GilbertElliott, LinkShape
 from testbed.spec.quantities import (
     Duration,
     Interval,
@@ -70,25 +70,53 @@ def _link_shape(bw: int | None, delay: float, jitter: float, loss: float,
                      queue_pkts=DEFAULT_QUEUE_PKTS if queue is None else queue)
 
 
+class GilbertElliottSpec(SpecModel):
+    """A path's ``ge`` table: Gilbert-Elliott loss (`GilbertElliott`, netem ``gemodel``).
+
+    p: chance per packet to move good -> bad; r: bad -> good; bad_loss: loss in the bad
+    state (default 100 %); good_loss: loss in the good state (default 0 %).
+    """
+
+    p: Percent
+    r: Percent
+    bad_loss: Percent = 100.0
+    good_loss: Percent = 0.0
+
+    @property
+    def model(self) -> GilbertElliott:
+        """The `GilbertElliott` loss model of `LinkShape`."""
+        return GilbertElliott(p_pct=self.p, r_pct=self.r, bad_loss_pct=self.bad_loss,
+                              good_loss_pct=self.good_loss)
+
+
 class PathSpec(SpecModel):
     """One path of a multipath topology: a named, shaped link pair client <-> server.
 
     The one path type: `topologies.multipath.MultiHomedTopo` builds from it.  name: the
     path's name (``wifi``); bw (bit/s, None: unlimited), delay, jitter (s), loss (%),
-    queue (packets, None: `DEFAULT_QUEUE_PKTS`): its shape, in each direction.
+    queue (packets, None: `DEFAULT_QUEUE_PKTS`): its shape, in each direction;
+    distribution: the jitter's distribution (None: uniform); reorder: False keeps packets
+    in order under jitter; ge: Gilbert-Elliott loss instead of random ``loss``.  The
+    checks between keys (distribution and reorder need jitter, ge refuses loss) run in
+    `testbed.spec.experiment`, so that they are reported with the spec's other problems.
     """
 
     name: Annotated[str, Field(pattern=PATH_RE)]
     bw: LinkRate | None = None
     delay: LinkDelay = 0.0
     jitter: LinkDelay = 0.0
+    distribution: Literal[DISTRIBUTIONS] | None = None  # type: ignore[valid-type]
+    reorder: bool = True
     loss: Percent = 0.0
+    ge: GilbertElliottSpec | None = None
     queue: Annotated[int, Field(gt=0, le=100_000)] | None = None
 
     @property
     def shape(self) -> LinkShape:
         """The path's `LinkShape` (each direction)."""
-        return _link_shape(self.bw, self.delay, self.jitter, self.loss, self.queue)
+        return _link_shape(self.bw, self.delay, self.jitter, self.loss, self.queue).changed(
+            jitter_distribution=self.distribution, jitter_reorder=self.reorder,
+            loss_model=None if self.ge is None else self.ge.model)
 
 
 class MultipathTopology(SpecModel):
@@ -185,30 +213,40 @@ Topology = Annotated[
 class ScheduleEvent(SpecModel):
     """A change to one link at a time offset: down/up, or new bw/delay/jitter/loss.
 
-    The one event type: a spec's ``[[schedule]]`` entries, trace files
-    (`testbed.spec.trace`) and presets yield it, and the network plays it
-    (`testbed.net.schedule.SchedulePlayer`, ``Network.apply``).  at: seconds after the
-    run's origin; link: the link's name; down: True takes the link down, False brings it
-    back (after the shape changes); bw (bit/s), delay, jitter (s), loss (%): new values,
-    None keeps the link's.
+    The one event type: a spec's ``[[schedule]]`` entries (a ``trace`` entry expands into
+    one per row of its file, `testbed.spec.trace`) and presets yield it, and the network
+    plays it (`testbed.net.schedule.SchedulePlayer`, ``Network.apply``).  at: seconds after
+    the run's origin; link: the link's name; down: True takes the link down, False brings
+    it back; up: the same the other way round (give one of them, see `link_up`); bw
+    (bit/s), delay, jitter (s), loss (%): new values, None keeps the link's (and a
+    path's distribution, reorder and ge always stay).
     """
+
+    # an entry with ``trace`` is expanded before it validates (`testbed.spec.trace`); named
+    # here so that an unknown key's hint offers it
+    other_keys: ClassVar[tuple[str, ...]] = ("trace",)
 
     at: Duration
     link: Annotated[str, Field(min_length=1)]
     down: bool | None = None
+    up: bool | None = None
     bw: LinkRate | None = None
     delay: LinkDelay | None = None
     jitter: LinkDelay | None = None
     loss: Percent | None = None
 
     def changes(self) -> dict[str, Any]:
-        """The keys this event changes, in base units (down, bw, delay, jitter, loss)."""
+        """The keys this event sets, in base units (down, up, bw, delay, jitter, loss)."""
         return {k: v for k, v in self.model_dump(exclude={"at", "link"}).items()
                 if v is not None}
 
     @property
-    def up(self) -> bool | None:
-        """False: the link goes down; True: it comes back; None: its state stays."""
+    def link_up(self) -> bool | None:
+        """False: the link goes down; True: it comes back (after the shape changes); None:
+        its state stays.  From ``up``, else from ``down`` (both at once is refused when a
+        spec is checked, `testbed.spec.experiment`)."""
+        if self.up is not None:
+            return self.up
         return None if self.down is None else not self.down
 
     def shape_changes(self) -> dict[str, int | float]:
@@ -218,7 +256,9 @@ class ScheduleEvent(SpecModel):
         return {k: v for k, v in fields.items() if v is not None}
 
     def apply_to(self, shape: LinkShape) -> LinkShape:
-        """shape with this event's values (shape itself when it changes none)."""
+        """shape with this event's values (shape itself when it changes none); the fields
+        an event has no key for (distribution, reorder, Gilbert-Elliott loss, queue)
+        stay as they are."""
         changes = self.shape_changes()
         return shape.changed(**changes) if changes else shape
 
@@ -226,8 +266,8 @@ class ScheduleEvent(SpecModel):
         """The change in base units for ``events.jsonl``: bw_bps, delay_s, jitter_s,
         loss_pct and up, those it sets."""
         record: dict[str, int | float | bool] = dict(self.shape_changes())
-        if self.up is not None:
-            record["up"] = self.up
+        if self.link_up is not None:
+            record["up"] = self.link_up
         return record
 
 

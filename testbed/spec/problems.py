@@ -71,7 +71,7 @@ def unknown_key_hint(loc: tuple[Any, ...] | list[Any], data: Any) -> str:
     model = _model_at(data_path(loc, data)[:-1], data)
     if model is None:
         return "remove it"
-    allowed = sorted(model.model_fields)
+    allowed = sorted([*model.model_fields, *getattr(model, "other_keys", ())])
     close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
     return f"did you mean {close[0]!r}?" if close else "allowed: " + ", ".join(allowed)
 

@@ -40,6 +40,7 @@ from testbed.core.errors import SpecError
 from testbed.spec.experiment import Experiment
 from testbed.spec.load import read_toml, spec_to_toml, validate_spec
 from testbed.spec.quantities import show_value
+from testbed.spec.trace import TraceFolder
 
 KeyPath = list[str | int]
 
@@ -247,11 +248,13 @@ def _check_grid_size(axes: list[tuple[str, KeyPath, list[Any]]], data: dict[str,
 
 
 def expand(data: dict[str, Any], source: str = "spec",
-           labels: dict[str, str] | None = None) -> list[RunPlan]:
+           labels: dict[str, str] | None = None,
+           traces: TraceFolder | None = None) -> list[RunPlan]:
     """All runs of a spec dict (overrides already applied), each validated.
 
     data: the parsed spec; source: file name for messages; labels: shown key path ->
-    ``--set KEY`` for keys set from the command line (see `override_labels`). Raises
+    ``--set KEY`` for keys set from the command line (see `override_labels`); traces:
+    the spec's folder, for ``[[schedule]]`` entries that name a trace file. Raises
     `SpecError` for the first invalid point (every problem of it, one line each), naming
     the swept values that produced it.
     """
@@ -266,7 +269,7 @@ def expand(data: dict[str, Any], source: str = "spec",
             set_key(point, path, copy.deepcopy(value), f"{source}: sweep.\"{canon}\"")
             params[canon] = value
         try:
-            exp = validate_spec(point, source, labels)
+            exp = validate_spec(point, source, labels, traces)
         except SpecError as exc:
             if not params:
                 raise
@@ -298,7 +301,8 @@ def plan_runs(spec_path: Path, overrides: list[str] | None = None) -> list[RunPl
     """
     data = read_toml(spec_path)
     data = apply_overrides(data, overrides or [])
-    return expand(data, str(spec_path), override_labels(overrides or []))
+    return expand(data, str(spec_path), override_labels(overrides or []),
+                  TraceFolder(Path(spec_path).parent))
 
 
 def override_labels(overrides: list[str]) -> dict[str, str]:

@@ -159,8 +159,8 @@ def test_transport_is_mptcp_when_a_workload_needs_it():
 def test_schedule_events_sorted_with_base_units():
     evs = schedule_events(plan(MULTI).spec)
     assert [(e.at, e.link) for e in evs] == [(3.0, "cell"), (5.0, "wifi")]
-    assert evs[0].bw == 1_000_000 and evs[0].up is None
-    assert evs[1].up is False
+    assert evs[0].bw == 1_000_000 and evs[0].link_up is None
+    assert evs[1].link_up is False
 
 
 def test_capture_targets():

@@ -21,9 +21,9 @@ def test_event_applies_to_a_shape_and_records_base_units() -> None:
     ev = ScheduleEvent(at=3.0, link="wifi", bw=2_000_000, loss=0.0)
     new = ev.apply_to(shape)
     assert (new.bw_bps, new.delay_s, new.loss_pct) == (2_000_000, 0.01, 0.0)
-    assert ev.as_record() == {"bw_bps": 2_000_000, "loss_pct": 0.0} and ev.up is None
+    assert ev.as_record() == {"bw_bps": 2_000_000, "loss_pct": 0.0} and ev.link_up is None
     down = ScheduleEvent(at=12.0, link="wifi", down=True)
-    assert down.up is False and down.as_record() == {"up": False}
+    assert down.link_up is False and down.as_record() == {"up": False}
     assert down.apply_to(shape) is shape
     back = ScheduleEvent(at=13.0, link="wifi", down=False, delay=0.07)
     assert back.as_record() == {"delay_s": 0.07, "up": True}
@@ -39,7 +39,7 @@ def test_events_built_in_code_are_range_checked() -> None:
 def test_p3_wlan_to_imt2000_with_outage() -> None:
     p = sc.p3_preset("wlan-to-imt2000", "access", outage_s=3.5)
     assert p.initial.bw_bps == 20_000_000 and p.initial.delay_s == 0.001
-    assert [(e.at, e.up) for e in p.events] == [(10.0, False), (13.5, True)]
+    assert [(e.at, e.link_up) for e in p.events] == [(10.0, False), (13.5, True)]
     assert p.events[1].bw == 384_000 and p.events[1].delay == 0.07
 
 
@@ -48,12 +48,12 @@ def test_p3_imt2000_to_wired_and_alternating() -> None:
     assert wired.initial == sc.IMT2000
     assert wired.events[-1].bw == 100_000_000
     alt = sc.p3_preset("alternating", "access", outage_s=0.5)
-    downs = [e.at for e in alt.events if e.up is False]
-    ups = [(e.at, e.bw) for e in alt.events if e.up]
+    downs = [e.at for e in alt.events if e.link_up is False]
+    ups = [(e.at, e.bw) for e in alt.events if e.link_up]
     assert downs == [10.0, 13.0, 16.0, 19.0]
     assert ups == [(10.5, 384_000), (13.5, 20_000_000), (16.5, 384_000), (19.5, 20_000_000)]
     no_outage = sc.p3_preset("alternating", "access", outage_s=0)
-    assert len(no_outage.events) == 4 and all(e.up is None for e in no_outage.events)
+    assert len(no_outage.events) == 4 and all(e.link_up is None for e in no_outage.events)
 
 
 def test_unknown_preset() -> None:

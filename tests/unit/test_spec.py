@@ -221,7 +221,7 @@ def test_bad_schedule_entries_name_key_and_remedy(entry, words):
 def test_schedule_events_are_what_the_network_plays():
     exp = validate_spec(copy.deepcopy(SPEC))
     down, change = exp.schedule
-    assert (down.at, down.up, down.as_record()) == (12.0, False, {"up": False})
+    assert (down.at, down.link_up, down.as_record()) == (12.0, False, {"up": False})
     assert change.as_record() == {"bw_bps": 2_000_000, "delay_s": pytest.approx(25e-6)}
     shape = change.apply_to(exp.topology.paths[1].shape)
     assert (shape.bw_bps, shape.jitter_s) == (2_000_000, 0.005)

@@ -33,10 +33,10 @@ def test_trace_with_bare_numbers(tmp_path: Path) -> None:
     ("when,bw\n", "unknown column"),
     ("bw\n10Mbit\n", "needs a 'time'"),
     ("time,bw\n2s,1Mbit\n1s,2Mbit\n", "goes backwards"),
-    ("time,bw\n1s,fast\n", ":2: column 'bw'"),
+    ("time,bw\n1s,fast\n", "row 2: column 'bw': 'fast' is not a rate"),
     ("time,bw\n1s\n", "1 cells"),
-    ("time,bw\n1s,20Gbit\n", ":2: column 'bw' has '20Gbit': 20000000000 is out of range"),
-    ("time_s,loss_pct\n1,150\n", ":2: column 'loss_pct' has '150': 150.0 is too large"),
+    ("time,bw\n1s,20Gbit\n", "row 2: column 'bw' has '20Gbit': 20000000000 is out of range"),
+    ("time_s,loss_pct\n1,150\n", "row 2: column 'loss_pct' has '150': 150.0 is too large"),
 ])
 def test_bad_traces(text: str, words: str) -> None:
     with pytest.raises(InputError, match=None) as err:
