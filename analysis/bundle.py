@@ -27,13 +27,13 @@ from analysis import samples as S
 from analysis.capture import CaptureAnalysis
 from analysis.dsn import connection_table
 from analysis.pcap import DEFAULT_CHUNK_BYTES, Progress
-from analysis.series import throughput_series
+from analysis.rows import label_rows
+from analysis.run_series import TIMESERIES_COLUMNS, run_timeseries
 from testbed.core import safefiles
 from testbed.results import columns as C
 
 # the columns are declared once, with dtype, unit and definition, in testbed.results.columns
 FLOW_COLUMNS = C.names("flows")
-TIMESERIES_COLUMNS = C.names("timeseries")
 RTT_COLUMNS = C.names("rtt")
 HEADLINE_KEYS = tuple(c.name for c in C.HEADLINE)
 LONG_FLOW_BYTES = 1_000_000   # headline: "long" flows carry at least this much
@@ -162,7 +162,7 @@ def build_tables(caps: list[CaptureAnalysis], meta: dict, appflows: pd.DataFrame
     ooo = _ooo(caps, base, cap_host, addrs).set_index("flow_id")
     for col in ORDER_FIELDS:
         base[col] = ooo[col].reindex(base["flow_id"]).to_numpy()
-    base["protocol"] = np.where(base["mptcp_token"] != "", "mptcp-subflow", base["proto"])
+    base["protocol"] = np.where(base["mptcp_role"] != "", "mptcp-subflow", base["proto"])
     base["parent"] = np.where(base["mptcp_token"] != "", "mptcp:" + base["mptcp_token"], "")
     # MPTCP connections: data level at the receiver's captures
     conn_rows = []
@@ -198,84 +198,20 @@ def build_tables(caps: list[CaptureAnalysis], meta: dict, appflows: pd.DataFrame
             "data_packets": int(r["data_packets"]),
             "loss_estimate": float(sub["loss_estimate"].mean()),
             "rtt_ms_median": float(sub["rtt_ms_median"].median())})
+    # a handshake that fell back to TCP (no data-level mapping seen): a TCP flow
+    fell_back = (base["parent"] != "") & ~base["mptcp_token"].isin(
+        [r["mptcp_token"] for r in conn_rows])
+    base.loc[fell_back, ["protocol", "parent"]] = ["tcp", ""]
     flows = pd.concat([base, pd.DataFrame(conn_rows)], ignore_index=True) if conn_rows else base
     conn = flows["protocol"] == "mptcp"
     flows.loc[conn, "fct_s"] = flows.loc[conn, "end"] - flows.loc[conn, "start"]
     flows.loc[conn, "throughput_bps"] = (flows.loc[conn, "bytes"] * 8
                                          / flows.loc[conn, "fct_s"].where(flows.loc[conn, "fct_s"]
                                                                           > 0))
-    flows = _join_appflows(flows, appflows)
-    flows = flows.reindex(columns=FLOW_COLUMNS)
-    ts = _timeseries(caps, base, meta, t0, bin_s)
-    return {"flows": flows, "timeseries": ts}
-
-
-def _join_appflows(flows: pd.DataFrame, app: pd.DataFrame) -> pd.DataFrame:
-    flows = flows.assign(workload=None, app_fct_s=np.nan)
-    if not len(app):
-        return flows
-    key = ["src_addr", "sport", "dst_addr", "dport"]
-    a = app.dropna(subset=["sport", "dport"]).copy()
-    a["sport"], a["dport"] = a["sport"].astype(int), a["dport"].astype(int)
-    a = a.drop_duplicates(key).set_index(key)
-    idx = pd.MultiIndex.from_frame(flows[key].astype({"sport": int, "dport": int}))
-    flows["workload"] = a["workload"].reindex(idx).to_numpy()
-    flows["app_fct_s"] = pd.to_numeric(a["fct_s"].reindex(idx), errors="coerce").to_numpy()
-    return flows
-
-
-def _timeseries(caps: list[CaptureAnalysis], base: pd.DataFrame, meta: dict, t0: float,
-                bin_s: float) -> pd.DataFrame:
-    parts = []
-    chosen = dict(zip(base["flow_id"], base["capture"], strict=True))
-    receiver = dict(zip(base["flow_id"], base["capture_receiver"], strict=True))
-    parent = dict(zip(base["flow_id"], base["parent"], strict=True))
+    flows = label_rows(flows, meta, appflows).reindex(columns=FLOW_COLUMNS)
     path_of = {stem: info.get("path") for stem, info in capture_interfaces(meta).items()}
-    seen_paths: set[str] = set()
-    for c in caps:
-        src = c.table.path
-        ts = c.table.cols["ts_ns"]
-        good = c.goodput_bytes()
-        # per flow (not per packet): which series its packets go to
-        fid = c.flow_rows["flow_id"].to_numpy()
-        f_mine = np.array([chosen.get(i) == c.name for i in fid], bool)
-        f_par = np.array([parent.get(i) or "" for i in fid], object)
-        f_rx = np.array([receiver.get(i) == c.name and not parent.get(i) for i in fid], bool)
-        rows, flow, payload = c.data_bytes_per_packet()
-        mine = f_mine[flow]
-        rows, flow, payload = rows[mine], flow[mine], payload[mine]
-        sub = f_par[flow] != ""
-        for kind, s in (("flow", ~sub), ("subflow", sub)):
-            if s.any():
-                parts.append(throughput_series(ts[rows[s]], payload[s], flow[s], bin_s, t0,
-                                               good[rows[s]], src, key_names=fid)
-                             .assign(kind=kind, capture=c.name))
-        # top-level TCP flows: bytes delivered in order, from the receiver's ACKs
-        rrows, rflow, rbytes = c.delivered_bytes_per_packet()
-        at_rx = f_rx[rflow]
-        if at_rx.any():
-            parts.append(throughput_series(ts[rrows[at_rx]], rbytes[at_rx], rflow[at_rx],
-                                           bin_s, t0, source=src, key_names=fid)
-                         .assign(kind="delivered", capture=c.name))
-        if sub.any():
-            parts.append(throughput_series(ts[rows[sub]], payload[sub], flow[sub], bin_s, t0,
-                                           good[rows[sub]], src, key_names=f_par)
-                         .assign(kind="connection", capture=c.name))
-        allp = c.table.cols["payload"].astype(np.int64)
-        ip = np.flatnonzero(c.table.cols["ip_ver"] > 0)
-        keys = [("iface", c.name)]
-        path = path_of.get(c.name)
-        if path and path not in seen_paths:  # one capture per path: the first by name
-            seen_paths.add(path)
-            keys.append(("path", path))
-        for kind, key in keys:
-            parts.append(throughput_series(ts[ip], allp[ip], np.zeros(len(ip), np.int64),
-                                           bin_s, t0, good[ip], src,
-                                           key_names=np.array([key], object))
-                         .assign(kind=kind, capture=c.name))
-    if not parts:
-        return pd.DataFrame({k: [] for k in TIMESERIES_COLUMNS})
-    return pd.concat(parts, ignore_index=True)[TIMESERIES_COLUMNS]
+    ts = run_timeseries(caps, base, path_of, t0, bin_s)
+    return {"flows": flows, "timeseries": ts}
 
 
 def headline(flows: pd.DataFrame) -> dict:

@@ -21,7 +21,7 @@ from testbed.results import columns as C
 CWND_COLUMNS = C.pandas_dtypes("cwnd", exclude=("t_rel",))
 PING_COLUMNS = C.pandas_dtypes("ping", exclude=("t_rel",))
 EVENT_COLUMNS = C.pandas_dtypes("events", exclude=("t_rel",))
-# samples/flows.jsonl as the analysis reads it (joined into flows as workload, app_fct_s)
+# samples/flows.jsonl as the analysis reads it (joined into flows as workload, app_elapsed_s)
 APPFLOW_COLUMNS = {"flow_id": "object", "workload": "object", "src": "object", "dst": "object",
                    "src_addr": "object", "dst_addr": "object", "sport": "Int64",
                    "dport": "Int64", "protocol": "object", "size_bytes": "Float64",

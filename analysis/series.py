@@ -1,8 +1,10 @@
 """Throughput and goodput per key (path, subflow, flow) per time bin.
 
-`throughput_series` bins packets by time; every bin between a key's first and last is
-present (0 when empty), so one series is bounded by `MAX_SERIES_BINS` bins whatever the
-capture's timestamps say (`SeriesLimitError` beyond).
+`throughput_series` bins packets on the run's clock: bin k covers
+``[t0 + k * bin_s, t0 + (k + 1) * bin_s)``, k >= 0, and packets before ``t0`` (the readiness
+check's warm-up, before the network was ready) are in no bin.  Every bin between a key's
+first and last is present (0 when empty), so one series is bounded by `MAX_SERIES_BINS`
+bins whatever the capture's timestamps say (`SeriesLimitError` beyond).
 """
 
 from __future__ import annotations
@@ -30,9 +32,11 @@ def throughput_series(ts_ns: np.ndarray, nbytes: np.ndarray, keys: np.ndarray, b
     strings); bin_s: bin width (s); t0: time origin (s, epoch); good: bytes per packet that
     count as goodput (default: all; pass 0 for retransmissions); source: the capture, for
     messages.  Columns: key, t (bin start, epoch s), t_rel (s since t0), bin_s, bytes,
-    rate_bps, goodput_bps; rows sorted by key, then time.  Bins between a key's first and
-    last are present with 0, so one series holds at most `MAX_SERIES_BINS` bins: a longer one
-    raises `SeriesLimitError` (memory stays bounded whatever the capture's timestamps say).
+    rate_bps, goodput_bps; rows sorted by key, then time.  Packets before t0 are left
+    out (a key with none at or after t0 has no series), so t_rel >= 0.  Bins between a
+    key's first and last are present with 0, so one series holds at most `MAX_SERIES_BINS`
+    bins: a longer one raises `SeriesLimitError` (memory stays bounded whatever the
+    capture's timestamps say).
     """
     if not (np.isfinite(bin_s) and bin_s > 0):
         raise SeriesLimitError(f"time-series bin width {bin_s!r} s: expected a positive "
@@ -50,6 +54,13 @@ def throughput_series(ts_ns: np.ndarray, nbytes: np.ndarray, keys: np.ndarray, b
     rank[by_name] = np.arange(len(names))
     lim = float(1 << 62)
     b = np.clip(np.floor((ts_ns / 1e9 - t0) / bin_s), -lim, lim).astype(np.int64)
+    on_clock = b >= 0
+    if not on_clock.all():
+        if not on_clock.any():
+            return pd.DataFrame({k: [] for k in SERIES_COLUMNS})
+        b, codes = b[on_clock], codes[on_clock]
+        nbytes = np.asarray(nbytes)[on_clock]
+        good = None if good is None else np.asarray(good)[on_clock]
     r = rank[codes]
     o = np.lexsort((b, r))
     rs, bs = r[o], b[o]

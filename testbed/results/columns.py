@@ -95,11 +95,22 @@ FLOWS = Table("flows", "metrics/flows.parquet",
                       "the one at the data sender"),
                   Col("capture_receiver", STR, "", "capture(s) at the data receiver, which "
                       "the reordering columns come from (comma-separated for a connection)"),
-                  Col("protocol", STR, "", "what the row is: `tcp`, `udp`, `mptcp-subflow` "
-                      "or `mptcp` (the connection, data level)"),
+                  Col("kind", STR, "", "what the row is: `flow` (a TCP or UDP flow), "
+                      "`connection` (an MPTCP connection, data level) or `subflow` (one "
+                      "subflow of a connection); one transfer = one row `WHERE kind != "
+                      "'subflow'`; the timeseries `kind` of the series whose `key` is "
+                      "`flow_id`"),
+                  Col("protocol", STR, "", "`tcp`, `udp`, `mptcp-subflow` or `mptcp` (the "
+                      "connection); a handshake that fell back to TCP (no data-level "
+                      "mapping seen) is `tcp`"),
                   Col("proto", STR, "", "transport protocol on the wire: `tcp` or `udp`"),
                   Col("parent", STR, "", "for an MPTCP subflow the flow_id of its "
-                      "connection (`mptcp:<token>`), else empty"),
+                      "connection (`mptcp:<token>`; empty when its handshake was not "
+                      "captured), else empty"),
+                  Col("path", STR, "", "the path a flow or subflow took: the metadata.json "
+                      "`interfaces` path of the host interface holding `src_addr`, else "
+                      "`dst_addr`; null for a connection (see its subflows) and on a fat "
+                      "tree (the switches choose the route; it is not recorded)"),
                   Col("mptcp_token", STR, "", "MPTCP connection token (hex), empty for "
                       "plain TCP and UDP"),
                   Col("mptcp_role", STR, "", "`initial` (MP_CAPABLE subflow), `join` "
@@ -117,9 +128,9 @@ FLOWS = Table("flows", "metrics/flows.parquet",
                   Col("start", FLT, "s (epoch)", "first SYN, else first packet, at `capture`"),
                   Col("end", FLT, "s (epoch)", "first ACK covering the last data byte (TCP), "
                       "else last packet, at `capture`"),
-                  Col("fct_s", FLT, "s", "capture FCT: `end - start`, first SYN to the first "
+                  Col("fct_s", FLT, "s", "the FCT: `end - start`, first SYN to the first "
                       "ACK covering the last data byte, at the data sender's capture; null "
-                      "for UDP (see \"Two FCTs\")"),
+                      "for UDP (see \"One FCT\")"),
                   Col("throughput_bps", FLT, "bit/s", "`bytes * 8 / (end - start)`"),
                   Col("data_packets", INT, "packets", "unique data segments (retransmissions "
                       "not counted); data level for a connection"),
@@ -143,11 +154,13 @@ FLOWS = Table("flows", "metrics/flows.parquet",
                       "segments (mean over subflows for a connection)"),
                   Col("rtt_ms_median", FLT, "ms", "median RTT sample (new segment to its first "
                       "ACK, Karn) at `capture`"),
-                  Col("workload", STR, "", "name of the spec's workload that started the flow "
-                      "(joined from samples/flows.jsonl by 4-tuple); null when not matched"),
-                  Col("app_fct_s", FLT, "s", "application FCT from the flow tool: `connect()` "
-                      "to the server's byte count arriving back; null when not matched, "
-                      "failed or unbounded (see \"Two FCTs\")"),
+                  Col("workload", STR, "", "name of the spec's workload that started the "
+                      "transfer (joined from samples/flows.jsonl by 4-tuple); a connection "
+                      "and all its subflows carry it; null when not matched"),
+                  Col("app_elapsed_s", FLT, "s", "NOT an FCT: the flow tool's time from "
+                      "`connect()` to the server's byte count arriving back, on the "
+                      "transfer's row (`kind != 'subflow'`); null when not matched, failed "
+                      "or unbounded (see \"One FCT\")"),
               ))
 
 TIMESERIES = Table("timeseries", "metrics/timeseries.parquet",
@@ -157,11 +170,12 @@ TIMESERIES = Table("timeseries", "metrics/timeseries.parquet",
                            "packet of a capture) or `path` (the first capture on each path)"),
                        Col("key", STR, "", "flow_id (flow, subflow, delivered), `mptcp:<token>` "
                            "(connection), capture stem (iface) or path name (path)"),
-                       Col("capture", STR, "", "capture file stem the bin was counted at"),
+                       Col("capture", STR, "", "capture file stem the bin was counted at "
+                           "(a connection: its subflows' captures, comma-separated)"),
                        Col("t", FLT, "s (epoch)", "start of the bin"),
                        Col("t_rel", FLT, "s", "start of the bin on the run's clock, `t - t0` "
-                           "(metadata.json `t0`); negative for bins before the run's clock "
-                           "started"),
+                           "(metadata.json `t0`): a multiple of `bin_s`, never negative "
+                           "(packets before `t0` are in no bin)"),
                        Col("bin_s", FLT, "s", "bin width"),
                        Col("bytes", INT, "bytes", "payload bytes in the bin (retransmissions "
                            "included)"),

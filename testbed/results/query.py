@@ -13,7 +13,8 @@ Views (each table has a ``run_id`` column to join on):
 Example::
 
     testbed query results/p2 'SELECT r."transport.cc", avg(f.throughput_bps)/1e6 AS mbps
-                              FROM runs r JOIN flows f USING (run_id) GROUP BY 1'
+                              FROM runs r JOIN flows f USING (run_id)
+                              WHERE f.kind != '"'"'subflow'"'"' GROUP BY 1'
 """
 
 from __future__ import annotations

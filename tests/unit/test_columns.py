@@ -75,7 +75,7 @@ def test_the_registry_names_the_writers_columns():
     assert C.names("flows") == bundle.FLOW_COLUMNS
     assert C.names("timeseries") == bundle.TIMESERIES_COLUMNS
     assert list(bundle.HEADLINE_KEYS) == [c.name for c in C.HEADLINE]
-    for must in ("mptcp_role", "app_fct_s", "capture_receiver"):
+    for must in ("kind", "path", "mptcp_role", "app_elapsed_s", "capture_receiver"):
         assert must in C.names("flows")
     assert "t_rel" in C.names("timeseries")
 
@@ -112,9 +112,9 @@ def test_an_undocumented_column_fails_the_check(written):
     bad = frame.assign(secret_metric=1.0)
     assert check_table("flows", bad, docs) == [
         "flows.secret_metric: not declared in testbed/results/columns.py"]
-    stale = docs.replace("| `app_fct_s` |", "| `app-fct` |")
+    stale = docs.replace("| `app_elapsed_s` |", "| `app-elapsed` |")
     assert check_table("flows", frame, stale) == [
-        "flows.app_fct_s: declared but not in docs/bundle.md"]
+        "flows.app_elapsed_s: declared but not in docs/bundle.md"]
 
 
 def test_docs_hold_the_generated_tables():

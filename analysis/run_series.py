@@ -1,0 +1,92 @@
+"""``metrics/timeseries.parquet`` of a run: one series per flow, subflow, connection,
+interface and path, on the run's clock.
+
+Bin k covers ``[t0 + k * bin_s, t0 + (k + 1) * bin_s)`` (``t0``: metadata.json, when the
+network was ready), k >= 0: packets before t0 are in no series (`analysis.series`).  A
+flow's or subflow's series is counted at the capture its ``flows`` row comes from (the data
+sender's), so its goodput bins add up to the data bytes of that row; an MPTCP connection's
+series is the sum of its subflows' series, one row per bin (``capture`` names every capture
+it was counted at).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis.capture import CaptureAnalysis
+from analysis.series import throughput_series
+from testbed.results import columns as C
+
+TIMESERIES_COLUMNS = C.names("timeseries")
+
+
+def run_timeseries(caps: list[CaptureAnalysis], base: pd.DataFrame,
+                   path_of: dict[str, str | None], t0: float, bin_s: float) -> pd.DataFrame:
+    """The timeseries table of a run.
+
+    caps: the analysed captures; base: the flow and subflow rows (flow_id, capture,
+    capture_receiver, parent); path_of: capture stem -> the path of its interface (from
+    metadata.json's interfaces map); t0: the run's time origin (epoch s);
+    bin_s: bin width (s).
+    """
+    parts = []
+    chosen = dict(zip(base["flow_id"], base["capture"], strict=True))
+    receiver = dict(zip(base["flow_id"], base["capture_receiver"], strict=True))
+    parent = dict(zip(base["flow_id"], base["parent"], strict=True))
+    seen_paths: set[str] = set()
+    conn_ts, conn_bytes, conn_good, conn_key = [], [], [], []
+    conn_caps: dict[str, list[str]] = {}  # connection -> the captures its subflows are from
+    for c in caps:
+        src = c.table.path
+        ts = c.table.cols["ts_ns"]
+        good = c.goodput_bytes()
+        # per flow (not per packet): which series its packets go to
+        fid = c.flow_rows["flow_id"].to_numpy()
+        f_mine = np.array([chosen.get(i) == c.name for i in fid], bool)
+        f_par = np.array([parent.get(i) or "" for i in fid], object)
+        f_rx = np.array([receiver.get(i) == c.name and not parent.get(i) for i in fid], bool)
+        rows, flow, payload = c.data_bytes_per_packet()
+        mine = f_mine[flow]
+        rows, flow, payload = rows[mine], flow[mine], payload[mine]
+        sub = f_par[flow] != ""
+        for kind, s in (("flow", ~sub), ("subflow", sub)):
+            if s.any():
+                parts.append(throughput_series(ts[rows[s]], payload[s], flow[s], bin_s, t0,
+                                               good[rows[s]], src, key_names=fid)
+                             .assign(kind=kind, capture=c.name))
+        # top-level TCP flows: bytes delivered in order, from the receiver's ACKs
+        rrows, rflow, rbytes = c.delivered_bytes_per_packet()
+        at_rx = f_rx[rflow]
+        if at_rx.any():
+            parts.append(throughput_series(ts[rrows[at_rx]], rbytes[at_rx], rflow[at_rx],
+                                           bin_s, t0, source=src, key_names=fid)
+                         .assign(kind="delivered", capture=c.name))
+        if sub.any():  # the connection: its subflows' packets, from every capture
+            conn_ts.append(ts[rows[sub]])
+            conn_bytes.append(payload[sub])
+            conn_good.append(good[rows[sub]])
+            conn_key.append(f_par[flow[sub]])
+            for k in set(conn_key[-1]):
+                conn_caps.setdefault(k, []).append(c.name)
+        allp = c.table.cols["payload"].astype(np.int64)
+        ip = np.flatnonzero(c.table.cols["ip_ver"] > 0)
+        keys = [("iface", c.name)]
+        path = path_of.get(c.name)
+        if path and path not in seen_paths:  # one capture per path: the first by name
+            seen_paths.add(path)
+            keys.append(("path", path))
+        for kind, key in keys:
+            parts.append(throughput_series(ts[ip], allp[ip], np.zeros(len(ip), np.int64),
+                                           bin_s, t0, good[ip], src,
+                                           key_names=np.array([key], object))
+                         .assign(kind=kind, capture=c.name))
+    if conn_ts:
+        conn = throughput_series(np.concatenate(conn_ts), np.concatenate(conn_bytes),
+                                 np.concatenate(conn_key), bin_s, t0, np.concatenate(conn_good),
+                                 "MPTCP connections")
+        where = {k: ",".join(sorted(v)) for k, v in conn_caps.items()}
+        parts.append(conn.assign(kind="connection", capture=conn["key"].map(where)))
+    if not parts:
+        return pd.DataFrame({k: [] for k in TIMESERIES_COLUMNS})
+    return pd.concat(parts, ignore_index=True)[TIMESERIES_COLUMNS]
