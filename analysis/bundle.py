@@ -237,7 +237,8 @@ def headline(flows: pd.DataFrame) -> dict:
             if len(top) else float("nan"),
             "retransmissions": int(pd.to_numeric(flows["retransmissions"]).fillna(0).sum()),
             "reorder_ratio_mean": mean(top["reorder_ratio"]),
-            "ooo_percent": 100.0 * float(reord.sum()) / float(uniq.sum()) if uniq.sum() else 0.0,
+            "ooo_percent": 100.0 * float(reord.sum()) / float(uniq.sum()) if uniq.sum()
+            else float("nan"),
             "long_throughput_bps_mean": mean(top.loc[nbytes >= LONG_FLOW_BYTES,
                                                      "throughput_bps"]),
             "short_fct_s_mean": mean(top.loc[nbytes < SHORT_FLOW_BYTES, "fct_s"])}

@@ -117,6 +117,6 @@ def connection_table(dsn: pd.DataFrame, flows: pd.DataFrame) -> pd.DataFrame:
         "data_packets": uniq,
         "reinjections": g["reinjected"].sum(),
         "dsn_reordered_packets": g["reordered"].sum(),
-        "dsn_reorder_ratio": g["reordered"].sum() / uniq.clip(lower=1),
+        "dsn_reorder_ratio": (g["reordered"].sum() / uniq.clip(lower=1)).where(uniq > 0),
         "dsn_reorder_extent_max": g["extent"].max()}).reset_index()
     return out[cols]

@@ -218,9 +218,9 @@ def flow_table_and_rtt(tbl: T.PacketTable, fl: Flows, seg: pd.DataFrame | None =
         out["data_packets"] = uniq
         out["retransmissions"] = retr
         out["reordered_packets"] = reord
-        out["reorder_ratio"] = np.where(uniq > 0, reord / np.maximum(uniq, 1), 0.0)
+        out["reorder_ratio"] = np.where(uniq > 0, reord / np.maximum(uniq, 1), np.nan)
         out["reorder_extent_max"] = ext_max
-        out["loss_estimate"] = np.where(uniq > 0, data_retr / np.maximum(uniq, 1), 0.0)
+        out["loss_estimate"] = np.where(uniq > 0, data_retr / np.maximum(uniq, 1), np.nan)
     out["rtt_ms_median"] = rtt_med
     return out, rtt
 

@@ -199,6 +199,7 @@ def link_table(runner: CommandRunner, workdir: Path, combos: list[tuple[int, int
                    "rtt_min_ms": min(rtts) if rtts else "n/a: no echo answered",
                    "first_rtt_ms": rtts[0] if rtts else "n/a: no echo answered",
                    "tcp_mbit": tcp["mbit"] if isinstance(tcp, dict) else tcp,
+                   "tcp_tries": tcp["tries"] if isinstance(tcp, dict) else None,
                    "ooo_pct": 100 * ooo[1] / ooo[0] if isinstance(ooo, tuple) and ooo[0]
                    else (ooo if isinstance(ooo, str) else "n/a: no segment sent once")}
             rows.append(row)
@@ -228,7 +229,8 @@ def multipath_table(runner: CommandRunner, workdir: Path, seconds: float, rps: b
             rows.append({"path": p.name, "rate_mbit": p.shape.bw_bps / 1e6,
                          "rtt_cfg_ms": p.shape.rtt_s() * 1e3,
                          "rtt_ms": statistics.mean(rtts) if rtts else "n/a: no echo answered",
-                         "tcp_mbit": tcp["mbit"] if isinstance(tcp, dict) else tcp})
+                         "tcp_mbit": tcp["mbit"] if isinstance(tcp, dict) else tcp,
+                         "tcp_tries": tcp["tries"] if isinstance(tcp, dict) else None})
         # both paths at once: two servers, two clients in parallel
         procs = [runner.spawn(iperf3_server_argv(5401 + i), host=server)
                  for i in range(len(paths))]
@@ -320,12 +322,17 @@ def print_tables(before: list[dict] | None, links: list[dict], paths: list[dict]
             cfg = f"{r['rtt_cfg_ms']:.0f} ms" if r["rtt_cfg_ms"] else "-"
             tcp = r["tcp_mbit"]
             share = pct(tcp, r["rate_mbit"]) if isinstance(tcp, float) else "n/a"
+            rtt = "-" if r["rtt_ms"] is None else _num(r["rtt_ms"])
             print(f"{r['path']:>6} {r['rate_mbit']:>4g} Mbit | {cfg:>8} "
-                  f"{_num(r['rtt_ms']):>6} ms | {_num(tcp):>10} {share:>8}")
+                  f"{rtt:>6} ms | {_num(tcp):>10} {share:>8}")
     if lat:
         print("\nTable 3 - schedule events, t_applied - t_planned")
         print(f"events {lat['events']}, errors {lat['errors']}, mean {lat['mean_ms']:.1f} ms, "
               f"p95 {lat['p95_ms']:.1f} ms, max {lat['max_ms']:.1f} ms")
+    tries = [r["tcp_tries"] for r in (before or []) + links + paths
+             if isinstance(r.get("tcp_tries"), int)]
+    print(f"\niperf3 TCP tests: {len(tries)} measured, {sum(t > 1 for t in tries)} needed "
+          f"more than one try ({sum(tries) - len(tries)} retries)")
     missing = unmeasured((before or []) + links + paths)
     if missing:
         print("\nnot measured:")

@@ -139,7 +139,8 @@ FLOWS = Table("flows", "metrics/flows.parquet",
                   Col("reordered_packets", INT, "packets", "data segments that arrived behind "
                       "a later one without being retransmissions (RFC 4737), at "
                       "`capture_receiver`; data level for a connection"),
-                  Col("reorder_ratio", FLT, "fraction", "`reordered_packets / data_packets`"),
+                  Col("reorder_ratio", FLT, "fraction", "`reordered_packets / data_packets`; null "
+                      "when the row has no data segment"),
                   Col("reorder_extent_max", INT, "packets", "largest reordering extent "
                       "(RFC 4737 section 4.2.1)"),
                   Col("ooo_packets", FLT, "packets", "data segments the sender sent once "
@@ -150,7 +151,8 @@ FLOWS = Table("flows", "metrics/flows.parquet",
                   Col("ooo_ratio", FLT, "fraction", "`ooo_packets` / data segments sent "
                       "once that the receiver's capture shows (retransmissions are not "
                       "counted); null as `ooo_packets`"),
-                  Col("loss_estimate", FLT, "fraction", "data retransmissions / unique data "
+                  Col("loss_estimate", FLT, "fraction", "null without data segments, else data "
+                      "retransmissions / unique data "
                       "segments (mean over subflows for a connection)"),
                   Col("rtt_ms_median", FLT, "ms", "median RTT sample (new segment to its first "
                       "ACK, Karn) at `capture`"),
@@ -239,7 +241,8 @@ HEADLINE = (
     Col("fct_s_median", FLT, "s", "median `fct_s` of the top-level flows"),
     Col("retransmissions", INT, "packets", "sum of `retransmissions` over every row of flows"),
     Col("reorder_ratio_mean", FLT, "fraction", "mean `reorder_ratio` of the top-level flows"),
-    Col("ooo_percent", FLT, "%", "reordered / unique data packets over all top-level flows"),
+    Col("ooo_percent", FLT, "%", "reordered / unique data packets over all top-level flows; "
+        "null when they carried no data segment"),
     Col("long_throughput_bps_mean", FLT, "bit/s", "mean `throughput_bps` of top-level flows "
         "of at least 1 MB"),
     Col("short_fct_s_mean", FLT, "s", "mean `fct_s` of top-level flows under 100 KB"),
