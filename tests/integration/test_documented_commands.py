@@ -232,3 +232,61 @@ def test_a_broken_readme_query_fails(checked: Checker, tmp_path: Path) -> None:
     checker.check([c for c in commands_in(broken_text, name, ROOT) if c.sub == "query"])
     assert checker.problems and all(name in p for p in checker.problems), checker.problems
     assert any("flowz" in p for p in checker.problems), checker.problems
+
+
+def _readme_query(name: str, must: str) -> DocCommand:
+    text = (ROOT / name).read_text(encoding="utf-8")
+    found = [c for c in commands_in(text, name, ROOT) if c.sub == "query" and must in c.argv[3]]
+    assert len(found) == 1, f"{name}: expected one query with {must!r}, found {len(found)}"
+    return found[0]
+
+
+def _csv_rows(where: Path, sql: str) -> list[dict[str, str]]:
+    import csv
+    import io
+
+    res = subprocess.run([*testbed_argv(), "query", str(where), sql, "--csv"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    return list(csv.DictReader(io.StringIO(res.stdout)))
+
+
+def test_p0_readme_queries_on_mptcp_beside_pinned_tcp(studies_out: Path, tmp_path: Path
+                                                      ) -> None:
+    """P0 heavy load's MPTCP run (an MPTCP transfer and pinned TCP flows on the WiFi):
+    the README's per-workload query gives one row per workload, the MPTCP connection's
+    goodput and the TCP flows', equal to what the flows table's definitions give; the
+    per-path query names each subflow's path."""
+    import pandas as pd
+
+    name = "experiments/p0_wifi_3g/README.md"
+    per_workload = _readme_query(name, "GROUP BY workload")
+    per_path = _readme_query(name, "path, throughput_bps")
+    runs = [m.parent for m in (studies_out / "p0_wifi_3g-quick" / "heavy_load")
+            .glob("*/metadata.json")]
+    flows = {r: pd.read_parquet(r / "metrics" / "flows.parquet") for r in runs}
+    mptcp = [r for r, f in flows.items() if (f["kind"] == "connection").any()]
+    assert len(mptcp) == 1, f"expected one MPTCP run in heavy_load, found {len(mptcp)}"
+    run = mptcp[0]
+    one = tmp_path / "one"
+    shutil.copytree(run, one / run.name, symlinks=True)  # the query on this run alone
+    f = flows[run]
+
+    def rate(rows: pd.DataFrame) -> float:  # the definition: bytes * 8 / (end - start)
+        return float((rows["bytes"] * 8 / (rows["end"] - rows["start"])).mean()) / 1e6
+
+    got = {r["workload"]: float(r["mbit_s"]) for r in _csv_rows(one, per_workload.argv[3])}
+    conn = f[f["kind"] == "connection"]
+    pinned = f[(f["kind"] == "flow") & (f["protocol"] == "tcp")]
+    assert len(conn) == 1 and len(pinned) >= 1
+    want = {conn["workload"].iloc[0]: rate(conn)}
+    want.update({w: rate(g) for w, g in pinned.groupby("workload")})
+    assert sorted(got) == sorted(want) == ["mptcp-cubic", "video"], (got, want)
+    for w, v in want.items():
+        assert got[w] == pytest.approx(v, rel=1e-6), (w, got[w], v)
+    paths = _csv_rows(one, per_path.argv[3])
+    subflows = f[f["kind"] == "subflow"]
+    assert len(paths) == len(subflows) >= 2
+    assert {r["path"] for r in paths} == {"wifi", "cell"}, paths
+    print(f"\nFIGURES P0 heavy-load MPTCP run: per workload {got}; per path "
+          f"{[(r['path'], round(float(r['mbit_s']), 2)) for r in paths]}")
