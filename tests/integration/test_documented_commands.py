@@ -290,3 +290,31 @@ def test_p0_readme_queries_on_mptcp_beside_pinned_tcp(studies_out: Path, tmp_pat
     assert {r["path"] for r in paths} == {"wifi", "cell"}, paths
     print(f"\nFIGURES P0 heavy-load MPTCP run: per workload {got}; per path "
           f"{[(r['path'], round(float(r['mbit_s']), 2)) for r in paths]}")
+
+
+def test_timeseries_on_the_runs_clock_in_every_study(studies_out: Path) -> None:
+    """docs/bundle.md's promises on every quick study's bundles: no time series bin before
+    the run's clock (t_rel >= 0), and each flows row's series, over its active interval
+    [start, end], carries its throughput_bps within 2 %."""
+    import pandas as pd
+
+    bad, checked = [], 0
+    for meta in sorted(studies_out.glob("*/*/*/metadata.json")):
+        run = meta.parent
+        ts = pd.read_parquet(run / "metrics" / "timeseries.parquet")
+        flows = pd.read_parquet(run / "metrics" / "flows.parquet")
+        name = run.relative_to(studies_out)
+        if len(ts) and ts["t_rel"].min() < 0:
+            bad.append(f"{name}: timeseries t_rel {ts['t_rel'].min():.3f} s < 0")
+        for r in flows.itertuples(index=False):
+            if not (r.throughput_bps > 0) or r.proto != "tcp":
+                continue
+            s = ts[(ts["kind"] == r.kind) & (ts["key"] == r.flow_id)]
+            inside = s[(s["t"] + s["bin_s"] > r.start) & (s["t"] < r.end)]
+            mean = float((inside["goodput_bps"] * inside["bin_s"]).sum() / (r.end - r.start))
+            checked += 1
+            if abs(mean / r.throughput_bps - 1) > 0.02:
+                bad.append(f"{name} {r.flow_id} ({r.kind}): series {mean / 1e6:.3f} vs "
+                           f"flows {r.throughput_bps / 1e6:.3f} Mbit/s")
+    print(f"\nFIGURES timeseries vs flows: {checked} rows checked, {len(bad)} off")
+    assert checked and not bad, "\n".join(bad)
