@@ -4,7 +4,9 @@
 * `cwnd_figure` -- congestion window vs time per subflow;
 * `sweep_figure` -- a metric vs a swept parameter, mean +- standard deviation over
   repetitions, one line per policy;
-* `fct_cdf_figure` -- CDF of flow completion times.
+* `fct_cdf_figure` -- CDF of flow completion times;
+* `sides_series_figure`, `sides_cdf_figure` -- a comparison's sides overlaid
+  (`testbed compare`): time series, and CDFs of samples.
 """
 
 from __future__ import annotations
@@ -140,6 +142,61 @@ def fct_cdf_figure(flows: pd.DataFrame) -> Figure:
     ax.set_xlabel("flow completion time (ms)")
     ax.set_ylabel("fraction of flows (CDF)")
     ax.set_ylim(0, 1.02)
+    return fig
+
+
+SIDE_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown")
+
+
+def sides_series_figure(series: list[tuple[str, pd.DataFrame]], title: str) -> Figure:
+    """Throughput (Mbit/s) vs the run's clock, one colour per side: a line per series.
+
+    series: (side label, frame with ``line``, ``t_rel``, ``bin_s``, ``rate_bps``) per side;
+    every ``line`` of a side is drawn in its colour, the side named once in the legend.
+    """
+    fig, ax = _fig(title)
+    for i, (label, df) in enumerate(series):
+        colour = SIDE_COLORS[i % len(SIDE_COLORS)]
+        lines = list(df.groupby("line")) if len(df) else []
+        for j, (_line, g) in enumerate(lines):
+            width = float(g["bin_s"].iloc[0])  # a bin the series lacks is drawn as 0
+            k = np.round(g["t_rel"].to_numpy(float) / width).astype(int)
+            rates = np.zeros(k.max() - k.min() + 1)
+            np.add.at(rates, k - k.min(), g["rate_bps"].to_numpy(float) / 1e6)
+            edges = (k.min() + np.arange(len(rates) + 1)) * width
+            ax.stairs(rates, edges, color=colour,
+                      lw=1.6 if len(lines) == 1 else 0.8, alpha=1.0 if len(lines) == 1 else 0.5,
+                      label=label if j == 0 else None)
+    ax.set_xlabel("time since the run's start, t_rel (s)")
+    ax.set_ylabel("throughput (Mbit/s)")
+    if any(len(df) for _l, df in series):
+        ax.legend(fontsize=7, loc="best")
+    return fig
+
+
+def sides_cdf_figure(samples: list[tuple[str, np.ndarray]], title: str, xlabel: str
+                     ) -> Figure:
+    """Empirical CDFs, one per side (at most 2000 points drawn per side).
+
+    samples: (side label, values in the unit of xlabel) per side.
+    """
+    fig, ax = _fig(title)
+    for i, (label, xs) in enumerate(samples):
+        xs = np.sort(np.asarray(xs, float))
+        if not len(xs):
+            continue
+        y = np.arange(1, len(xs) + 1) / len(xs)
+        if len(xs) > 2000:
+            pick = np.linspace(0, len(xs) - 1, 2000).astype(int)
+            xs, y = xs[pick], y[pick]
+        ax.step(np.r_[xs[0], xs], np.r_[0.0, y], where="post",
+                color=SIDE_COLORS[i % len(SIDE_COLORS)],
+                label=f"{label} (n={len(samples[i][1])})")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("fraction (CDF)")
+    ax.set_ylim(0, 1.02)
+    if any(len(xs) for _l, xs in samples):
+        ax.legend(fontsize=7, loc="best")
     return fig
 
 

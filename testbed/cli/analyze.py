@@ -1,9 +1,9 @@
-"""``testbed analyze`` and ``testbed report``: `register(app)` adds them to the typer app."""
+"""``testbed analyze``, ``report`` and ``compare``: `register(app)` adds them to the typer app."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -55,8 +55,30 @@ def analyze_files(paths: list[Path], out: Path | None, bin_s: float,
     return [[_fmt(k, r[k]) for k, _ in TABLE_COLUMNS] for _, r in fl.iterrows()]
 
 
+def print_comparison(cmp: Any) -> None:
+    """The terminal form of a comparison (`analysis.compare_report.Comparison`): one
+    table per side against A, the notes and the warnings."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from analysis.compare_report import NOTES, table_header, table_rows
+
+    console = Console(highlight=False)
+    for i, rows in cmp.pairs:
+        t = Table(title=cmp.title(i), header_style="bold")
+        for n, head in enumerate(table_header(cmp, i)):
+            t.add_column(head, overflow="fold", justify="left" if n in (0, 6) else "right")
+        for r in table_rows(cmp, i, rows):
+            t.add_row(*r)
+        console.print(t)
+    for note in NOTES:
+        console.print(f"  {note}", soft_wrap=False)
+    for w in cmp.warnings:
+        typer.echo(f"warning: {w}", err=True)
+
+
 def register(app: typer.Typer) -> None:
-    """Add the ``analyze`` and ``report`` commands to the testbed CLI app."""
+    """Add the ``analyze``, ``report`` and ``compare`` commands to the testbed CLI app."""
 
     @app.command()
     def analyze(pcaps: Annotated[list[Path], typer.Argument(
@@ -121,3 +143,34 @@ def register(app: typer.Typer) -> None:
         for line in skipped:
             typer.echo(f"warning: {line}", err=True)
         typer.echo(str(path))
+
+    @app.command()
+    def compare(paths: Annotated[list[Path], typer.Argument(
+                    metavar="PATH...", help="Result folders (the --out DIR of testbed run, "
+                    "or one spec's folder of a study) or run bundles; the first is A, the "
+                    "reference.  Only read, never written.")],
+                by: Annotated[str | None, typer.Option(
+                    metavar="KEY[=V1,V2]", help="Pool the runs of every PATH and make one "
+                    "side per value of this swept key (e.g. controller.kind=single-path,"
+                    "spray: those values, the first is A; without values: all, sorted).")
+                ] = None,
+                where: Annotated[list[str] | None, typer.Option(
+                    metavar="KEY=VALUE", help="Only runs with this swept value "
+                    "(repeatable).")] = None,
+                label: Annotated[list[str] | None, typer.Option(
+                    metavar="NAME", help="A side's label, in side order (repeatable; "
+                    "default: the folder's name, or the value with --by).")] = None,
+                out: Annotated[Path | None, typer.Option(
+                    "--out", metavar="DIR", help="Also write DIR/compare.html (figures "
+                    "embedded); DIR may not be inside a PATH.")] = None,
+                ) -> None:
+        """Compare runs side by side: each metric, B - A and its 95 % interval, n per
+        side; with --out, a page with overlaid time series and CDFs."""
+        from analysis.compare_report import build, check_out, write_page
+
+        if out is not None:
+            guarded(lambda: check_out(out, paths))  # before any reading: a clear refusal
+        cmp = guarded(lambda: build(paths, by, where or [], label or []))
+        print_comparison(cmp)
+        if out is not None:
+            typer.echo(str(guarded(lambda: write_page(cmp, out, paths))))

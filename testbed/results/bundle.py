@@ -55,6 +55,9 @@ ALWAYS_REQUIRED = (*RUN_REQUIRED, *(f"metrics/{t}.parquet" for t in METRIC_TABLE
 DEFERRED = "deferred"
 ATTEMPTS = "_attempts"
 LOCK = ".testbed-run.lock"
+# metadata["format"]: the bundle format a run was written in.  A reader refuses a bundle
+# of a newer format (`format_problem`); bundles made before the key are format 1.
+FORMAT = 1
 
 
 class Bundle:
@@ -194,6 +197,21 @@ class Bundle:
     def is_complete(self) -> bool:
         """True when the run finished and everything it wrote is in place."""
         return self.status() == COMPLETE
+
+
+def format_problem(meta: dict[str, Any], where: Path) -> str | None:
+    """One line saying why a bundle's format cannot be read here, or None when it can.
+
+    meta: its metadata.json; where: the file (named in the line).  No ``format`` key:
+    format 1 (bundles made before it was recorded).
+    """
+    fmt = meta.get("format", 1)
+    if isinstance(fmt, bool) or not isinstance(fmt, int) or fmt < 1:
+        return f"{where}: format {fmt!r} is not a bundle format (a whole number from 1)"
+    if fmt > FORMAT:
+        return (f"{where}: bundle format {fmt} is newer than this testbed reads (up to "
+                f"{FORMAT}); read it with the testbed version that made it, or upgrade")
+    return None
 
 
 def move_aside(out: Path, bundle: Bundle) -> Path:
