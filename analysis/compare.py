@@ -23,7 +23,6 @@ other than ``ok`` (docs/fidelity.md).
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Sequence
@@ -42,6 +41,7 @@ from testbed.core.errors import InputError
 from testbed.results.bundle import COMPLETE, Bundle, bundles, format_problem
 from testbed.results.query import check_readable, stacked_table
 from testbed.results.summary import PROTECTED_COLUMNS, run_row
+from testbed.spec.sweep import value_name
 
 TOP_KINDS = ("flow", "connection")  # the rows of flows / timeseries that are whole transfers
 
@@ -204,11 +204,12 @@ def load_runs(paths: Sequence[Path], warnings: list[str]) -> pd.DataFrame:
 
 
 def value_text(v: Any) -> str:
-    """A parameter value as the text --by / --where match: 1.0 as ``1``, a table as JSON."""
+    """A parameter value as the text --by / --where match: 1.0 as ``1``; a table (or list
+    of tables) with ``name`` fields by those names (``tcp-wifi``), another as JSON."""
     if isinstance(v, float) and v.is_integer():
         return str(int(v))
     if isinstance(v, (dict, list)):
-        return json.dumps(v, sort_keys=True)
+        return value_name(v)
     return "" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
 
 
@@ -234,6 +235,13 @@ def _labels(paths: Sequence[Path]) -> list[str]:
     return names
 
 
+def need_two(paths: Sequence[Path], by: str | None) -> None:
+    """Refuse one path without ``by``: there would be one side."""
+    if by is None and len(paths) < 2:
+        raise InputError("give two or more result folders or runs to compare, or one "
+                         "folder with --by KEY (e.g. --by controller.kind)")
+
+
 def form_sides(runs: pd.DataFrame, paths: Sequence[Path], by: str | None,
                where: Sequence[str], labels: Sequence[str], warnings: list[str]
                ) -> list[tuple[str, pd.DataFrame]]:
@@ -254,9 +262,7 @@ def form_sides(runs: pd.DataFrame, paths: Sequence[Path], by: str | None,
                              f"{', '.join(sorted(set(have)))})")
         runs, used = runs[have == value], used | {key}
     if by is None:
-        if len(paths) < 2:
-            raise InputError("give two or more result folders or runs to compare, or one "
-                             "folder with --by KEY (e.g. --by controller.kind)")
+        need_two(paths, by)
         names = _labels(paths)
         sides = [(names[i], runs[runs["source"] == i]) for i in range(len(paths))]
         for (_name, part), p in zip(sides, paths, strict=True):

@@ -27,6 +27,7 @@ from analysis.compare import (
     form_sides,
     load_runs,
     load_side,
+    need_two,
     top_flows,
     total_series,
 )
@@ -73,6 +74,7 @@ class Comparison:
 def build(paths: Sequence[Path], by: str | None = None, where: Sequence[str] = (),
           labels: Sequence[str] = ()) -> Comparison:
     """Read paths and compare (see `analysis.compare.form_sides` for by, where, labels)."""
+    need_two(paths, by)  # before anything is read
     warnings: list[str] = []
     runs = load_runs([Path(p) for p in paths], warnings)
     parts = form_sides(runs, [Path(p) for p in paths], by, where, labels, warnings)

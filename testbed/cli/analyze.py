@@ -146,12 +146,12 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def compare(paths: Annotated[list[Path], typer.Argument(
-                    metavar="PATH...", help="Result folders (the --out DIR of testbed run, "
+                    metavar="FOLDER", help="Result folders (the --out DIR of testbed run, "
                     "or one spec's folder of a study) or run bundles; the first is A, the "
                     "reference.  Only read, never written.")],
                 by: Annotated[str | None, typer.Option(
-                    metavar="KEY[=V1,V2]", help="Pool the runs of every PATH and make one "
-                    "side per value of this swept key (e.g. controller.kind=single-path,"
+                    metavar="KEY[=V1,V2]", help="Pool the runs of every FOLDER and make one "
+                    "side per value of this swept key (e.g. controller.kind=ecmp,"
                     "spray: those values, the first is A; without values: all, sorted).")
                 ] = None,
                 where: Annotated[list[str] | None, typer.Option(
@@ -162,7 +162,7 @@ def register(app: typer.Typer) -> None:
                     "default: the folder's name, or the value with --by).")] = None,
                 out: Annotated[Path | None, typer.Option(
                     "--out", metavar="DIR", help="Also write DIR/compare.html (figures "
-                    "embedded); DIR may not be inside a PATH.")] = None,
+                    "embedded); DIR may not be inside a FOLDER.")] = None,
                 ) -> None:
         """Compare runs side by side: each metric, B - A and its 95 % interval, n per
         side; with --out, a page with overlaid time series and CDFs."""
