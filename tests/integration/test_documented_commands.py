@@ -19,6 +19,9 @@ so no result here comes from a fixture written by hand.  What each documented co
   one row.
 * ``report``: on a copy of the folder it names (``DIR``/``RUN``: as for query), with
   ``--out`` into a temporary folder when given.
+* ``compare``: on the real folders it names (as for query), with ``--out`` into a
+  temporary folder: it must exit 0, write ``compare.html``, and leave every file of its
+  inputs as it was (same names, sizes and modification times).
 * ``doctor``: run; exit 0 or 1 (natively possible or not) with one line per check.
 * ``vm -- CMD``: the VM itself is not booted again (the kernel-feature tests and the
   studies boot it); the command inside must exist and accept its documented arguments
@@ -50,6 +53,12 @@ _STUDY_HEAD = re.compile(r"^== (\S+) \((\w+)\): (\S+)$", re.M)
 def testbed_argv() -> list[str]:
     exe = Path(sys.prefix) / "bin" / "testbed"
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "testbed.cli"]
+
+
+def _files(folder: Path) -> dict[str, tuple[int, int]]:
+    """Every file under folder: relative name -> (size, modification time in ns)."""
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*")) if p.is_file() and not p.is_symlink()}
 
 
 @dataclass
@@ -158,6 +167,35 @@ class Checker:
                       f"{'written' if made.is_file() else 'missing'}: "
                       f"{res.stderr.strip()[-300:]}")
 
+    def compare(self, cmd: DocCommand) -> None:
+        args, inputs, words = ["compare"], [], list(cmd.argv[2:])
+        while words:
+            word = words.pop(0)
+            if word.startswith("--"):
+                opt, eq, value = word.partition("=")
+                if not eq and words:
+                    value = words.pop(0)
+                if opt != "--out":
+                    args += [opt, value]
+                continue
+            where = self.folder(cmd, word)
+            if where is None:
+                return
+            args.append(str(where))
+            inputs.append(where)
+        out = self.tmp / f"compare-{self.executed}"
+        before = [_files(f) for f in inputs]
+        res = self.testbed([*args, "--out", str(out)], timeout=300)
+        self.executed += 1
+        page = out / "compare.html"
+        if res.returncode != 0 or not page.is_file() or page.stat().st_size == 0:
+            self.fail(cmd, f"exit {res.returncode}, compare.html "
+                      f"{'written' if page.is_file() else 'missing'}: "
+                      f"{res.stderr.strip()[-300:]}")
+        changed = [str(f) for f, b in zip(inputs, before, strict=True) if _files(f) != b]
+        if changed:
+            self.fail(cmd, f"changed its inputs: {', '.join(changed)}")
+
     def doctor(self, cmd: DocCommand) -> None:
         res = self.testbed(list(cmd.argv[1:]), timeout=120)
         self.executed += 1
@@ -188,8 +226,8 @@ class Checker:
             if cmd.sub in ("run", "study"):
                 self.dry_run(cmd)
         for cmd in concrete:
-            action = {"query": self.query, "report": self.report, "doctor": self.doctor,
-                      "vm": self.vm}.get(cmd.sub)
+            action = {"query": self.query, "report": self.report, "compare": self.compare,
+                      "doctor": self.doctor, "vm": self.vm}.get(cmd.sub)
             if cmd.sub in ("run", "study"):
                 continue
             if action is None:
