@@ -144,8 +144,16 @@ def build_tables(caps: list[CaptureAnalysis], meta: dict, appflows: pd.DataFrame
     """flows and timeseries tables of a run from its analysed captures.
 
     caps: one `CaptureAnalysis` per capture; meta: metadata.json; appflows: samples/flows.jsonl
-    table; bin_s: throughput bin width (s).
+    table; bin_s: throughput bin width (s).  A capture that lacks an MPTCP connection's
+    key (a join subflow's interface) has its data level redone with the origin another
+    capture found (`CaptureAnalysis.align_dsn`), so data sequence numbers compare across
+    captures.
     """
+    origins: dict[str, int] = {}
+    for c in caps:
+        origins.update(c.dsn_origins())
+    for c in caps:
+        c.align_dsn(origins)
     cap_host, addrs = _host_addrs(meta)
     allrows = pd.concat([c.flow_rows for c in caps], ignore_index=True) if caps else None
     t0 = float(meta.get("t0") or (min((c.table.cols["ts_ns"].min() / 1e9 for c in caps

@@ -10,9 +10,10 @@ import numpy as np
 import pandas as pd
 
 from analysis import metrics as M
-from analysis.dsn import connection_table, dsn_analysis
+from analysis.dsn import connection_table, dsn_analysis, key_origins
 from analysis.flows import Flows, find_flows
 from analysis.pcap import DEFAULT_CHUNK_BYTES, Progress, read_packets
+from analysis.sequence import first_seen_bytes
 from analysis.table import PacketTable
 
 FLOW_ID_COLUMNS = ["proto", "src_addr", "sport", "dst_addr", "dport"]
@@ -77,11 +78,32 @@ class CaptureAnalysis:
         return M.delivered_bytes(self.segments, ddir)
 
     def goodput_bytes(self) -> np.ndarray:
-        """Payload per packet row, 0 for retransmitted TCP segments."""
+        """Per packet row, the payload bytes seen for the first time at this capture: of a
+        TCP segment, the bytes no earlier segment of its flow direction carried
+        (`analysis.sequence.first_seen_bytes` on the unwrapped sequence numbers), so a
+        flow's add up to its sequence span; all of a UDP packet's payload."""
         good = self.table.cols["payload"].astype(np.int64)
-        rt = self.segments["row"].to_numpy()[self.segments["retrans"].to_numpy()]
-        good[rt] = 0
+        seg = self.segments
+        data = seg["payload"].to_numpy() > 0
+        grp = (seg["flow"].to_numpy() * 2 + seg["dir"].to_numpy())[data]
+        good[seg["row"].to_numpy()[data]] = first_seen_bytes(
+            grp, seg["seq"].to_numpy()[data], seg["end"].to_numpy()[data])
         return good
+
+    def dsn_origins(self) -> dict[str, int]:
+        """`analysis.dsn.key_origins` of the connections whose key this capture holds."""
+        return key_origins(self.flows.flows, self.flow_rows["data_dir"].to_numpy())
+
+    def align_dsn(self, origins: dict[str, int]) -> None:
+        """Redo the data-level analysis with the origins (IDSN + 1) other captures of the
+        run found for connections whose key this capture lacks (`analysis.dsn.key_origins`),
+        so its DSNs are relative to the same origin as theirs."""
+        mine = set(self.dsn_origins())
+        if not any(t in origins and t not in mine for t in set(self.dsn["token"])):
+            return
+        ddir = self.flow_rows["data_dir"].to_numpy().astype(np.int64)
+        self.dsn = dsn_analysis(self.table, self.flows, self.segments, ddir, origins)
+        self.connections = connection_table(self.dsn, self.flows.flows)
 
     def rtt(self) -> pd.DataFrame:
         """RTT samples at this capture: flow_id, capture, t (s), rtt_ms."""

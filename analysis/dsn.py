@@ -18,12 +18,26 @@ from analysis.flows import Flows, key_token
 from analysis.sequence import group_starts, reorder_analysis, unwrap32
 
 
-def dsn_analysis(tbl: T.PacketTable, fl: Flows, seg: pd.DataFrame, ddir: np.ndarray
-                 ) -> pd.DataFrame:
+def key_origins(flows: pd.DataFrame, ddir: np.ndarray) -> dict[str, int]:
+    """Token -> data-level origin (the data sender's IDSN + 1) of every connection whose
+    initial subflow's key was captured.  flows: `Flows.flows`; ddir: data direction per flow."""
+    origin = {}
+    for f in flows.index[flows["mptcp_role"] == "initial"]:
+        key = flows.loc[f, "mptcp_key_fwd" if ddir[f] == 0 else "mptcp_key_rev"]
+        if pd.notna(key):
+            origin[flows.loc[f, "mptcp_token"]] = key_token(int(key))[1] + 1
+    return origin
+
+
+def dsn_analysis(tbl: T.PacketTable, fl: Flows, seg: pd.DataFrame, ddir: np.ndarray,
+                 origins: dict[str, int] | None = None) -> pd.DataFrame:
     """MPTCP data-level analysis of the data segments of every connection in this capture.
 
+    origins: `key_origins` from the other captures of the run, for connections whose key
+    this capture lacks (a join subflow's interface), so that DSNs compare across captures.
     Returns one row per data segment that can be mapped: token, flow, row, ts, dsn (relative to the
-    connection's IDSN when its key was captured), end, reinjected, reordered, extent.
+    connection's IDSN when its key was captured here or is in origins), end, reinjected,
+    reordered, extent.
     """
     c = tbl.cols
     flows = fl.flows
@@ -74,12 +88,7 @@ def dsn_analysis(tbl: T.PacketTable, fl: Flows, seg: pd.DataFrame, ddir: np.ndar
     d["token"] = tok[d["flow"].to_numpy()]
     d = d.assign(raw=raw).sort_values(["token", "row"], kind="stable")
     # relative DSN: to the IDSN when the key is known, else to the first DSN seen
-    origin = {}
-    for f in flows.index[flows["mptcp_role"] == "initial"]:
-        key_col = "mptcp_key_fwd" if ddir[f] == 0 else "mptcp_key_rev"
-        key = flows.loc[f, key_col]
-        if pd.notna(key):
-            origin[flows.loc[f, "mptcp_token"]] = key_token(int(key))[1] + 1
+    origin = {**(origins or {}), **key_origins(flows, ddir)}
     tokens = d["token"].to_numpy()
     rawv = d["raw"].to_numpy().astype(np.uint64)
     first_raw = d.groupby("token")["raw"].transform("first").to_numpy().astype(np.uint64)

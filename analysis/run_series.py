@@ -4,9 +4,13 @@ interface and path, on the run's clock.
 Bin k covers ``[t0 + k * bin_s, t0 + (k + 1) * bin_s)`` (``t0``: metadata.json, when the
 network was ready), k >= 0: packets before t0 are in no series (`analysis.series`).  A
 flow's or subflow's series is counted at the capture its ``flows`` row comes from (the data
-sender's), so its goodput bins add up to the data bytes of that row; an MPTCP connection's
-series is the sum of its subflows' series, one row per bin (``capture`` names every capture
-it was counted at).
+sender's), so its goodput bins add up to the data bytes of that row (goodput: the bytes
+each segment carries that no earlier segment of the flow did, `CaptureAnalysis.goodput_bytes`).
+An MPTCP connection's series is counted at the same captures as its subflows', one row per
+bin (``capture`` names every capture it was counted at): its ``bytes`` are its subflows'
+payload, its goodput the data-level bytes seen for the first time across all of them (by
+data sequence number, `analysis.dsn`), so reinjections count once and its goodput bins add
+up to the connection row's ``bytes``.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.capture import CaptureAnalysis
+from analysis.sequence import first_seen_bytes
 from analysis.series import throughput_series
 from testbed.results import columns as C
 
@@ -35,7 +40,8 @@ def run_timeseries(caps: list[CaptureAnalysis], base: pd.DataFrame,
     receiver = dict(zip(base["flow_id"], base["capture_receiver"], strict=True))
     parent = dict(zip(base["flow_id"], base["parent"], strict=True))
     seen_paths: set[str] = set()
-    conn_ts, conn_bytes, conn_good, conn_key = [], [], [], []
+    conn_ts, conn_bytes, conn_key = [], [], []
+    conn_dsn = []  # the data-level segments of the subflows counted at each capture
     conn_caps: dict[str, list[str]] = {}  # connection -> the captures its subflows are from
     for c in caps:
         src = c.table.path
@@ -65,10 +71,15 @@ def run_timeseries(caps: list[CaptureAnalysis], base: pd.DataFrame,
         if sub.any():  # the connection: its subflows' packets, from every capture
             conn_ts.append(ts[rows[sub]])
             conn_bytes.append(payload[sub])
-            conn_good.append(good[rows[sub]])
             conn_key.append(f_par[flow[sub]])
             for k in set(conn_key[-1]):
                 conn_caps.setdefault(k, []).append(c.name)
+            dflow = c.dsn["flow"].to_numpy().astype(np.int64)
+            at = f_mine[dflow] & (f_par[dflow] != "")
+            conn_dsn.append(pd.DataFrame({"key": f_par[dflow[at]],
+                                          "ts": c.dsn["ts"].to_numpy()[at],
+                                          "dsn": c.dsn["dsn"].to_numpy()[at],
+                                          "end": c.dsn["end"].to_numpy()[at]}))
         allp = c.table.cols["payload"].astype(np.int64)
         ip = np.flatnonzero(c.table.cols["ip_ver"] > 0)
         keys = [("iface", c.name)]
@@ -82,9 +93,15 @@ def run_timeseries(caps: list[CaptureAnalysis], base: pd.DataFrame,
                                            key_names=np.array([key], object))
                          .assign(kind=kind, capture=c.name))
     if conn_ts:
-        conn = throughput_series(np.concatenate(conn_ts), np.concatenate(conn_bytes),
-                                 np.concatenate(conn_key), bin_s, t0, np.concatenate(conn_good),
-                                 "MPTCP connections")
+        d = pd.concat(conn_dsn, ignore_index=True).sort_values(["key", "ts"], kind="stable")
+        new = first_seen_bytes(d["key"].to_numpy(), d["dsn"].to_numpy(), d["end"].to_numpy())
+        nbytes = np.concatenate(conn_bytes)
+        zeros = np.zeros(len(nbytes), np.int64)
+        # payload from the subflows' packets, goodput from their data-level segments
+        conn = throughput_series(np.concatenate([*conn_ts, d["ts"].to_numpy()]),
+                                 np.concatenate([nbytes, np.zeros(len(d), np.int64)]),
+                                 np.concatenate([*conn_key, d["key"].to_numpy()]), bin_s, t0,
+                                 np.concatenate([zeros, new]), "MPTCP connections")
         where = {k: ",".join(sorted(v)) for k, v in conn_caps.items()}
         parts.append(conn.assign(kind="connection", capture=conn["key"].map(where)))
     if not parts:

@@ -4,7 +4,8 @@ The arrays hold the packets of many groups (a flow direction, an MPTCP connectio
 group contiguous and in arrival order.  `unwrap32` turns 32-bit sequence numbers into
 64-bit offsets; `running_max_before` is RFC 4737's NextExp; `stable_order`, `pair_groups`
 and `duplicated_pairs` group equal (a, b) pairs with one sort.  `reorder_analysis` uses them
-to classify each segment as new, retransmitted or reordered:
+to classify each segment as new, retransmitted or reordered, and `first_seen_bytes` counts
+the bytes of each segment that no earlier segment of its group carried (goodput):
 
 * A segment is *behind* when it starts below the highest byte seen so far in its group
   (RFC 4737's NextExp).  A behind segment is a *retransmission* when its start was seen
@@ -140,3 +141,54 @@ def reorder_analysis(group: np.ndarray, start: np.ndarray, end: np.ndarray,
         first_higher = np.searchsorted(lifted, start[r] + gi[r] * (2 * span + 1), "right")
         extent[r] = pos[r] - first_higher
     return {"retrans": retrans, "reordered": reordered, "extent": extent}
+
+
+def first_seen_bytes(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per segment, how many of its bytes no earlier segment of its group carried.
+
+    group: group id (contiguous groups, arrival order); start/end: unwrapped sequence range
+    of each segment (int64).  A group's counts add up to the bytes of the union of its
+    segments: its span ``max(end) - min(start)`` when every byte was seen at least once.
+    Where every segment starts inside the range seen before it (a sender's capture that
+    missed nothing), a segment's count is its bytes beyond the highest end before it; a
+    group with a hole (a capture that missed a first transmission, reordering, or an MPTCP
+    connection's subflows sending data in another order than its data sequence) is
+    counted exactly over the elementary intervals between its segments' boundaries.
+    """
+    start, end = np.asarray(start, np.int64), np.asarray(end, np.int64)
+    if not len(start):
+        return np.zeros(0, np.int64)
+    st = group_starts(group)
+    lo = int(start.min())
+    highest = running_max_before(end, st, lo)
+    lowest = -running_max_before(-start, st, -int(start.max()))
+    new = np.maximum(end - np.maximum(start, highest), 0)
+    new[st] = end[st] - start[st]
+    hole = ~st & ((start > highest) | (start < lowest))
+    if hole.any():
+        gi = np.cumsum(st) - 1
+        holey = np.flatnonzero(np.isin(gi, np.unique(gi[hole])))
+        new[holey] = _union_firsts(gi[holey], start[holey], end[holey])
+    return new
+
+
+def _union_firsts(gi: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """`first_seen_bytes` by elementary intervals: each piece between two consecutive
+    boundaries of a group belongs to the earliest segment that covers it."""
+    n = len(start)
+    o = stable_order(np.r_[gi, gi], np.r_[start, end])
+    pos = np.r_[start, end][o]
+    grp = np.r_[gi, gi][o]
+    new_b = np.r_[True, (grp[1:] != grp[:-1]) | (pos[1:] != pos[:-1])]
+    bound = pos[new_b]                                # boundaries, sorted by (group, pos)
+    rank = np.empty(2 * n, np.int64)
+    rank[o] = np.cumsum(new_b) - 1
+    first, last = rank[:n], rank[n:]                  # a segment covers pieces first..last-1
+    count = np.maximum(last - first, 0)
+    seg = np.repeat(np.arange(n), count)
+    off = np.cumsum(count) - count
+    piece = first[seg] + (np.arange(len(seg)) - off[seg])
+    owner = np.full(len(bound), n, np.int64)
+    np.minimum.at(owner, piece, seg)                  # the earliest segment covering it
+    has = np.flatnonzero(owner < n)
+    return np.bincount(owner[has], bound[has + 1] - bound[has], n).astype(np.int64)

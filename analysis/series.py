@@ -30,13 +30,13 @@ def throughput_series(ts_ns: np.ndarray, nbytes: np.ndarray, keys: np.ndarray, b
     ts_ns: packet times; nbytes: payload bytes per packet; keys: series key per packet, or,
     with key_names, an integer index into key_names per packet (faster: no per-packet
     strings); bin_s: bin width (s); t0: time origin (s, epoch); good: bytes per packet that
-    count as goodput (default: all; pass 0 for retransmissions); source: the capture, for
-    messages.  Columns: key, t (bin start, epoch s), t_rel (s since t0), bin_s, bytes,
-    rate_bps, goodput_bps; rows sorted by key, then time.  Packets before t0 are left
-    out (a key with none at or after t0 has no series), so t_rel >= 0.  Bins between a
-    key's first and last are present with 0, so one series holds at most `MAX_SERIES_BINS`
-    bins: a longer one raises `SeriesLimitError` (memory stays bounded whatever the
-    capture's timestamps say).
+    count as goodput (default: all; `CaptureAnalysis.goodput_bytes` gives the bytes seen
+    for the first time); source: the capture, for messages.  Columns: key, t (bin start,
+    epoch s), t_rel (s since t0), bin_s, bytes, rate_bps, goodput_bps; rows sorted by key,
+    then time.  Packets before t0 are left out (a key with none at or after t0 has no
+    series), so t_rel >= 0.  Bins between a key's first and last are present with 0, so
+    one series holds at most `MAX_SERIES_BINS` bins: a longer one raises
+    `SeriesLimitError` (memory stays bounded whatever the capture's timestamps say).
     """
     if not (np.isfinite(bin_s) and bin_s > 0):
         raise SeriesLimitError(f"time-series bin width {bin_s!r} s: expected a positive "

@@ -182,7 +182,12 @@ TIMESERIES = Table("timeseries", "metrics/timeseries.parquet",
                        Col("bytes", INT, "bytes", "payload bytes in the bin (retransmissions "
                            "included)"),
                        Col("rate_bps", FLT, "bit/s", "`bytes * 8 / bin_s`"),
-                       Col("goodput_bps", FLT, "bit/s", "the same without retransmitted bytes"),
+                       Col("goodput_bps", FLT, "bit/s", "bytes seen for the first time, `* 8 / "
+                           "bin_s`: of a TCP segment the bytes no earlier segment of its flow "
+                           "carried (by sequence number), of a connection the data no earlier "
+                           "segment on any subflow carried (by data sequence number, so "
+                           "reinjections count once); a flow's, subflow's or connection's bins "
+                           "add up to its flows row's `bytes`"),
                    ))
 
 _SAMPLED_AT = Col("t_rel", FLT, "s", "`t - t0` (metadata.json `t0`), the run's clock")
