@@ -103,7 +103,8 @@ def register(app: typer.Typer) -> None:
         from testbed.run.sweep import finish_deferred, pending_analysis
 
         if out is not None:  # DIR is only read: no deferred analysis written into it
-            pending = pending_analysis(directory) if directory.is_dir() else []
+            pending = guarded(lambda: pending_analysis(directory)) \
+                if directory.is_dir() else []
             if pending:
                 typer.echo(f"error: {directory}: {len(pending)} run(s) not analysed yet; the "
                            f"analysis writes into them: `testbed report {directory}` without "

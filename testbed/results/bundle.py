@@ -16,6 +16,11 @@ bundle with its size. A bundle is complete only when its status says so *and* ev
 manifest file is present with that size; anything else is redone by the next
 ``testbed run`` into the same DIR, after the old attempt has been moved to ``_attempts``.
 
+Every metadata.json says which version of this format it follows (``format_version``,
+``"MAJOR.MINOR"``, `FORMAT_VERSION`; docs/bundle.md "Format version").  A reader refuses a
+bundle whose major version is newer than the one it knows (`check_format`); a bundle
+without the key was written before it existed and reads as ``1.0``.
+
 The runs table and ``summary.parquet`` are built in `testbed.results.summary`; the sweep
 that writes bundles (resume, failures, interruption) is `testbed.run.sweep`.
 """
@@ -25,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import stat
 from collections.abc import Iterator
@@ -55,6 +61,43 @@ ALWAYS_REQUIRED = (*RUN_REQUIRED, *(f"metrics/{t}.parquet" for t in METRIC_TABLE
 DEFERRED = "deferred"
 ATTEMPTS = "_attempts"
 LOCK = ".testbed-run.lock"
+# metadata.json's format_version (docs/bundle.md "Format version"): the major number goes
+# up when an older reader would misread the bundle (a file, key or column removed, renamed
+# or changed in meaning or unit); the minor one when something is only added
+FORMAT_VERSION = "1.0"
+ASSUMED_VERSION = (1, 0)  # a bundle written before format_version existed
+_MAJOR = int(FORMAT_VERSION.split(".")[0])
+
+
+class BundleFormatError(InputError):
+    """A bundle written by a newer testbed, in a format whose major version this one does
+    not know."""
+
+
+def format_version(meta: dict[str, Any]) -> tuple[int, int] | None:
+    """(major, minor) of meta's ``format_version``; `ASSUMED_VERSION` when the key is
+    absent; None when it is not a ``"MAJOR.MINOR"`` string."""
+    value = meta.get("format_version")
+    if value is None:
+        return ASSUMED_VERSION
+    m = re.fullmatch(r"(\d{1,6})\.(\d{1,6})", value) if isinstance(value, str) else None
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def check_format(meta: dict[str, Any], where: Path) -> None:
+    """Raise `BundleFormatError` (one line naming where, the version and the remedy)
+    when meta was written in a format newer than this testbed reads.
+
+    meta: a bundle's metadata.json; where: that file (for the message).  A malformed
+    version is left to the caller (`format_version` gives None).
+    """
+    version = format_version(meta)
+    if version is not None and version[0] > _MAJOR:
+        raise BundleFormatError(
+            f"{where}: bundle format {meta.get('format_version')} is newer than this testbed "
+            f"reads ({_MAJOR}.x); upgrade the testbed (git pull, then sudo bash "
+            "scripts/install) to read it")
+
 
 
 class Bundle:
@@ -110,10 +153,11 @@ class Bundle:
     def load_metadata(self) -> tuple[dict[str, Any] | None, str | None]:
         """(metadata.json as a dict, None), or (None, why not): ``permission denied``,
         ``no such file``, ``a symbolic link (not followed)``, ``not a regular file``,
-        ``not valid JSON`` ...
+        ``not valid JSON``, ``format_version ... is not MAJOR.MINOR`` ...
 
         metadata.json is never followed when it is a symbolic link, nor opened when it is
-        a FIFO or device (`testbed.core.safefiles`).
+        a FIFO or device (`testbed.core.safefiles`).  Raises `BundleFormatError` for a
+        bundle written in a newer major format version (`check_format`).
         """
         why = safefiles.check(self.root, self.metadata_path)
         if why == "missing":
@@ -136,11 +180,18 @@ class Bundle:
             return None, "not valid JSON"
         except RecursionError:
             return None, "not valid JSON (nested too deeply)"
-        return (meta, None) if isinstance(meta, dict) else (None, "not a JSON object")
+        if not isinstance(meta, dict):
+            return None, "not a JSON object"
+        if format_version(meta) is None:
+            return None, f"format_version {meta.get('format_version')!r} is not MAJOR.MINOR"
+        check_format(meta, self.metadata_path)
+        return meta, None
 
     def write_metadata(self, meta: dict[str, Any]) -> None:
-        """Replace metadata.json atomically."""
-        atomic_write_json(self.metadata_path, meta)
+        """Replace metadata.json atomically, with this testbed's ``format_version`` first."""
+        atomic_write_json(self.metadata_path, {
+            "format_version": FORMAT_VERSION,
+            **{k: v for k, v in meta.items() if k != "format_version"}})
 
     def manifest(self) -> dict[str, int]:
         """Every file in the bundle (relative path -> size), metadata.json excepted."""
