@@ -39,6 +39,7 @@ from typing import Any
 
 from testbed.core import safefiles
 from testbed.core.errors import InputError
+from testbed.core.ownership import invoking_user
 from testbed.core.safefiles import atomic_write_json
 
 RUNNING = "running"
@@ -263,8 +264,9 @@ def open_lock_file(path: Path) -> int:
     """Open (creating it if absent) the lock file of an output folder; return the fd.
 
     Never follows a symbolic link (``O_NOFOLLOW``; a new file is made with
-    ``O_CREAT | O_EXCL``), and an existing file must be a regular file owned by us with one
-    link, so a planted ``.testbed-run.lock -> /etc/shadow`` (or a hard link to it) is
+    ``O_CREAT | O_EXCL``), and an existing file must be a regular file with one link, owned
+    by us or, under sudo, by the user who ran sudo (`testbed.core.ownership` gave it to
+    them).  So a planted ``.testbed-run.lock -> /etc/shadow`` (or a hard link to it) is
     refused with `InputError` instead of being truncated as root.
     """
     flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -277,7 +279,9 @@ def open_lock_file(path: Path) -> int:
             raise InputError(f"{path}: not a regular file (a symbolic link?); the lock "
                              "file is never followed; remove it and run again") from None
     st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink != 1:
+    user = invoking_user()
+    owners = {os.geteuid(), *((user[0],) if user else ())}
+    if not stat.S_ISREG(st.st_mode) or st.st_uid not in owners or st.st_nlink != 1:
         os.close(fd)
         raise InputError(f"{path}: not a regular file owned by this user with a single "
                          "link; remove it and run again")
