@@ -31,6 +31,7 @@ from analysis.rows import label_rows
 from analysis.run_series import TIMESERIES_COLUMNS, run_timeseries
 from testbed.core import safefiles
 from testbed.results import columns as C
+from testbed.results.bundle import check_format
 
 # the columns are declared once, with dtype, unit and definition, in testbed.results.columns
 FLOW_COLUMNS = C.names("flows")
@@ -49,7 +50,9 @@ def captures_of(run_dir: Path, warnings: list[str] | None = None) -> list[Path]:
 
 
 def load_metadata(run_dir: Path) -> dict:
-    """metadata.json as a dict ({} when absent or a symbolic link)."""
+    """metadata.json as a dict ({} when absent or a symbolic link).
+
+    Raises `BundleFormatError` for a bundle in a newer format than this testbed reads."""
     p = safefiles.file_in(run_dir, "metadata.json")
     if p is None:
         return {}
@@ -61,6 +64,7 @@ def load_metadata(run_dir: Path) -> dict:
         raise S.SampleFormatError(f"{p}: not valid JSON (nested too deeply)") from None
     if not isinstance(meta, dict):
         raise S.SampleFormatError(f"{p}: not a JSON object; re-run the run")
+    check_format(meta, p)
     return meta
 
 

@@ -38,7 +38,7 @@ from analysis.evidence import FAILS, HOLDS, Estimate, difference
 from analysis.plots import value_label
 from testbed.core import safefiles
 from testbed.core.errors import InputError
-from testbed.results.bundle import COMPLETE, Bundle, bundles, format_problem
+from testbed.results.bundle import COMPLETE, Bundle, bundles, check_format
 from testbed.results.query import check_readable, stacked_table
 from testbed.results.summary import PROTECTED_COLUMNS, run_row
 from testbed.spec.sweep import value_name
@@ -183,9 +183,7 @@ def load_runs(paths: Sequence[Path], warnings: list[str]) -> pd.DataFrame:
         for b in found:
             meta, why = b.load_metadata()
             if meta is not None:
-                problem = format_problem(meta, b.metadata_path)
-                if problem:
-                    raise InputError(problem)
+                check_format(meta, b.metadata_path)
             status = b.status() if meta is not None else f"unreadable ({why})"
             if status != COMPLETE:
                 left_out[status] = left_out.get(status, 0) + 1

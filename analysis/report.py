@@ -34,6 +34,7 @@ from analysis.report_sections import RUN_SECTIONS, SWEEP_SECTIONS, warnings_sect
 from testbed.core import safefiles
 from testbed.core.compat import tomllib
 from testbed.core.safefiles import atomic_write
+from testbed.results.bundle import bundles
 
 REPORT_NAME = "report.html"
 
@@ -121,6 +122,8 @@ def _context(root: Path, analyze: bool = True) -> ReportContext:
         return ctx
     summary = safefiles.file_in(root, "summary.parquet", skipped)
     if summary is not None:
+        for bundle in bundles(root):
+            bundle.load_metadata()  # refuses a bundle in a newer format (BundleFormatError)
         data = _read_parquet(summary)
         return ReportContext(root, "sweep", tables={"summary": data}, warnings=skipped)
     raise ReportInputError(f"{root}: neither a run bundle (metadata.json, pcap/ or metrics/) "

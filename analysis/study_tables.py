@@ -22,6 +22,7 @@ import pandas as pd
 from testbed.core import safefiles
 from testbed.core.compat import tomllib
 from testbed.core.errors import InputError
+from testbed.results.bundle import check_format
 
 SENT = ("flow", "connection")
 DELIVERED = ("delivered", "connection")
@@ -42,6 +43,7 @@ def complete_runs(spec_out: Path) -> list[Path]:
             continue
         if not isinstance(meta, dict):
             continue
+        check_format(meta, meta_file)  # a newer bundle is refused, not misread
         if meta.get("status") == "complete":
             runs.append(meta_file.parent)
     return runs

@@ -222,3 +222,23 @@ def stray_queries(text: str, name: str) -> list[str]:
         if re.search(r"\bSELECT\b", line) and n not in in_commands:
             stray.append(f"{name}:{n}: {line.strip()}")
     return stray
+
+
+@dataclass(frozen=True)
+class PythonBlock:
+    """A fenced ```python block: where it starts, its code, and whether the documentation
+    tests run it (a block fenced ```python notest needs root: it is only compiled)."""
+
+    where: str
+    code: str
+    run: bool
+
+
+def python_blocks(text: str, name: str) -> list[PythonBlock]:
+    """Every fenced python block of a markdown text (name: its path, for messages)."""
+    out = []
+    for m in re.finditer(r"^```python([^\n]*)\n(.*?)^```", text, re.S | re.M):
+        line = text.count("\n", 0, m.start()) + 1
+        out.append(PythonBlock(f"{name}:{line}", m.group(2),
+                               "notest" not in m.group(1).split()))
+    return out

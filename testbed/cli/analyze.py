@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from analysis.pcap import DEFAULT_CHUNK_BYTES
-from testbed.cli.common import guarded
+from testbed.cli.common import guarded, hand_over_on_exit
 
 TABLE_COLUMNS = [("flow_id", "flow"), ("capture", "capture"), ("packets", "pkts"),
                  ("bytes", "bytes"), ("fct_s", "FCT s"), ("throughput_bps", "Mbit/s"),
@@ -81,7 +81,8 @@ def register(app: typer.Typer) -> None:
     """Add the ``analyze``, ``report`` and ``compare`` commands to the testbed CLI app."""
 
     @app.command()
-    def analyze(pcaps: Annotated[list[Path], typer.Argument(
+    def analyze(ctx: typer.Context,
+                pcaps: Annotated[list[Path], typer.Argument(
                     metavar="PCAP", help="pcap / pcapng files.")],
                 out: Annotated[Path | None, typer.Option(
                     "--out", metavar="DIR",
@@ -94,6 +95,8 @@ def register(app: typer.Typer) -> None:
                                                       "decoded packets per capture.")] = False
                 ) -> None:
         """Read captures, print a per-flow table and (with --out) write parquet tables."""
+        if out is not None:
+            hand_over_on_exit(ctx, out)  # under sudo: the tables are the user's
         rows = guarded(lambda: analyze_files(pcaps, out, bin_s, chunk_bytes, packets))
         from rich.console import Console
         from rich.table import Table
@@ -108,7 +111,8 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"wrote {out / 'flows.parquet'} and {out / 'timeseries.parquet'}")
 
     @app.command()
-    def report(directory: Annotated[Path, typer.Argument(
+    def report(ctx: typer.Context,
+               directory: Annotated[Path, typer.Argument(
                    metavar="DIR", help="A run bundle or sweep DIR (never written to when "
                                        "--out is given).")],
                paper: Annotated[Path | None, typer.Option(
@@ -124,8 +128,12 @@ def register(app: typer.Typer) -> None:
         from testbed.run.execute import analyze_run
         from testbed.run.sweep import finish_deferred, pending_analysis
 
+        # under sudo: what it writes is the user's (with --out: FILE and its figures folder)
+        hand_over_on_exit(ctx, *([out, out.with_name(f"{out.stem}-figures")] if out is not None
+                                 else [directory]))
         if out is not None:  # DIR is only read: no deferred analysis written into it
-            pending = pending_analysis(directory) if directory.is_dir() else []
+            pending = guarded(lambda: pending_analysis(directory)) \
+                if directory.is_dir() else []
             if pending:
                 typer.echo(f"error: {directory}: {len(pending)} run(s) not analysed yet; the "
                            f"analysis writes into them: `testbed report {directory}` without "

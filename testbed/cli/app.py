@@ -14,7 +14,7 @@ import typer
 
 from testbed import __version__
 from testbed.cli import helptext
-from testbed.cli.common import guarded
+from testbed.cli.common import guarded, hand_over_on_exit
 
 helptext.install()  # flags without placeholders, one metavar style (see testbed.cli.helptext)
 
@@ -70,7 +70,8 @@ __import__("testbed.cli.analyze", fromlist=["register"]).register(app)  # analyz
 
 
 @app.command()
-def study(directories: Annotated[list[Path], typer.Argument(
+def study(ctx: typer.Context,
+          directories: Annotated[list[Path], typer.Argument(
               metavar="STUDY",
               help="Study folders, e.g. experiments/p0_wifi_3g (several: one VM boot).")],
           variant: Annotated[str, typer.Option(metavar="quick|full",
@@ -110,6 +111,8 @@ def study(directories: Annotated[list[Path], typer.Argument(
     from testbed.run import study as st
 
     targets = st.study_outputs(directories, variant, out)
+    if not dry_run:
+        hand_over_on_exit(ctx, *targets)  # under sudo: the results are the user's
     if only and len(directories) > 1:
         typer.echo("error: --only selects specs of one study; give one study folder with it",
                    err=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 import typer
@@ -20,3 +21,16 @@ def guarded(fn: Callable[[], T]) -> T:
         for line in error_lines(exc):
             typer.echo(line, err=True)
         raise typer.Exit(exc.exit_code) from None
+
+
+def hand_over_on_exit(ctx: typer.Context, *paths: Path) -> None:
+    """When the command of ctx ends (normally, with an error or on Ctrl-C), give what it
+    wrote into paths to the user who ran sudo, readable (`testbed.core.ownership`; nothing
+    happens without sudo)."""
+    from testbed.core.ownership import hand_over
+
+    def give() -> None:
+        for p in paths:
+            hand_over(p)
+
+    ctx.call_on_close(give)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from testbed.cli.common import hand_over_on_exit
 from testbed.core.errors import TestbedError, error_lines
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ def _fail(exc: TestbedError) -> typer.Exit:
 
 
 def run_command(
+    ctx: typer.Context,
     spec: Annotated[Path, typer.Argument(metavar="SPEC", help="The experiment spec (TOML).",
                                             show_default=False)],
     out: Annotated[Path | None, typer.Option(
@@ -69,6 +71,8 @@ def run_command(
     except TestbedError as exc:
         raise _fail(exc) from None
     out_dir = out if out is not None else Path("results") / plans[0].spec.name
+    if not dry_run:
+        hand_over_on_exit(ctx, out_dir)  # under sudo: the results are the user's
 
     if dry_run:
         try:

@@ -33,6 +33,7 @@ from urllib.parse import quote, urlsplit
 from testbed.core.errors import InputError
 
 SYMLINK = "a symbolic link (not followed)"
+FILE_MODE = 0o644  # what `atomic_write` makes: results are for reading
 
 
 class UnsafeFileError(InputError):
@@ -171,14 +172,17 @@ def safe_href(target: str) -> str | None:
 def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     """Write path so that readers see either the old file or the whole new one.
 
-    path: destination; write: called with a temporary sibling to fill (it may close and
-    reopen it).  Then fsync, rename over path, fsync of the directory; on any error the
-    temporary file is removed and path is untouched.
+    path: destination, made ``0644`` (`FILE_MODE`); write: called with a temporary sibling
+    to fill (it may close and reopen it).  Then fsync, rename over path, fsync of the
+    directory; on any error the temporary file is removed and path is untouched.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    try:
+        os.fchmod(fd, FILE_MODE)  # readable by all, as a file made with umask 022 (not 0600)
+    finally:
+        os.close(fd)
     try:
         write(Path(tmp))
         with open(tmp, "rb+") as f:

@@ -16,6 +16,11 @@ bundle with its size. A bundle is complete only when its status says so *and* ev
 manifest file is present with that size; anything else is redone by the next
 ``testbed run`` into the same DIR, after the old attempt has been moved to ``_attempts``.
 
+Every metadata.json says which version of this format it follows (``format_version``,
+``"MAJOR.MINOR"``, `FORMAT_VERSION`; docs/bundle.md "Format version").  A reader refuses a
+bundle whose major version is newer than the one it knows (`check_format`); a bundle
+without the key was written before it existed and reads as ``1.0``.
+
 The runs table and ``summary.parquet`` are built in `testbed.results.summary`; the sweep
 that writes bundles (resume, failures, interruption) is `testbed.run.sweep`.
 """
@@ -25,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import stat
 from collections.abc import Iterator
@@ -33,6 +39,7 @@ from typing import Any
 
 from testbed.core import safefiles
 from testbed.core.errors import InputError
+from testbed.core.ownership import invoking_user
 from testbed.core.safefiles import atomic_write_json
 
 RUNNING = "running"
@@ -55,9 +62,43 @@ ALWAYS_REQUIRED = (*RUN_REQUIRED, *(f"metrics/{t}.parquet" for t in METRIC_TABLE
 DEFERRED = "deferred"
 ATTEMPTS = "_attempts"
 LOCK = ".testbed-run.lock"
-# metadata["format"]: the bundle format a run was written in.  A reader refuses a bundle
-# of a newer format (`format_problem`); bundles made before the key are format 1.
-FORMAT = 1
+# metadata.json's format_version (docs/bundle.md "Format version"): the major number goes
+# up when an older reader would misread the bundle (a file, key or column removed, renamed
+# or changed in meaning or unit); the minor one when something is only added
+FORMAT_VERSION = "1.0"
+ASSUMED_VERSION = (1, 0)  # a bundle written before format_version existed
+_MAJOR = int(FORMAT_VERSION.split(".")[0])
+
+
+class BundleFormatError(InputError):
+    """A bundle written by a newer testbed, in a format whose major version this one does
+    not know."""
+
+
+def format_version(meta: dict[str, Any]) -> tuple[int, int] | None:
+    """(major, minor) of meta's ``format_version``; `ASSUMED_VERSION` when the key is
+    absent; None when it is not a ``"MAJOR.MINOR"`` string."""
+    value = meta.get("format_version")
+    if value is None:
+        return ASSUMED_VERSION
+    m = re.fullmatch(r"(\d{1,6})\.(\d{1,6})", value) if isinstance(value, str) else None
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def check_format(meta: dict[str, Any], where: Path) -> None:
+    """Raise `BundleFormatError` (one line naming where, the version and the remedy)
+    when meta was written in a format newer than this testbed reads.
+
+    meta: a bundle's metadata.json; where: that file (for the message).  A malformed
+    version is left to the caller (`format_version` gives None).
+    """
+    version = format_version(meta)
+    if version is not None and version[0] > _MAJOR:
+        raise BundleFormatError(
+            f"{where}: bundle format {meta.get('format_version')} is newer than this testbed "
+            f"reads ({_MAJOR}.x); upgrade the testbed (git pull, then sudo bash "
+            "scripts/install) to read it")
+
 
 
 class Bundle:
@@ -113,10 +154,11 @@ class Bundle:
     def load_metadata(self) -> tuple[dict[str, Any] | None, str | None]:
         """(metadata.json as a dict, None), or (None, why not): ``permission denied``,
         ``no such file``, ``a symbolic link (not followed)``, ``not a regular file``,
-        ``not valid JSON`` ...
+        ``not valid JSON``, ``format_version ... is not MAJOR.MINOR`` ...
 
         metadata.json is never followed when it is a symbolic link, nor opened when it is
-        a FIFO or device (`testbed.core.safefiles`).
+        a FIFO or device (`testbed.core.safefiles`).  Raises `BundleFormatError` for a
+        bundle written in a newer major format version (`check_format`).
         """
         why = safefiles.check(self.root, self.metadata_path)
         if why == "missing":
@@ -139,11 +181,18 @@ class Bundle:
             return None, "not valid JSON"
         except RecursionError:
             return None, "not valid JSON (nested too deeply)"
-        return (meta, None) if isinstance(meta, dict) else (None, "not a JSON object")
+        if not isinstance(meta, dict):
+            return None, "not a JSON object"
+        if format_version(meta) is None:
+            return None, f"format_version {meta.get('format_version')!r} is not MAJOR.MINOR"
+        check_format(meta, self.metadata_path)
+        return meta, None
 
     def write_metadata(self, meta: dict[str, Any]) -> None:
-        """Replace metadata.json atomically."""
-        atomic_write_json(self.metadata_path, meta)
+        """Replace metadata.json atomically, with this testbed's ``format_version`` first."""
+        atomic_write_json(self.metadata_path, {
+            "format_version": FORMAT_VERSION,
+            **{k: v for k, v in meta.items() if k != "format_version"}})
 
     def manifest(self) -> dict[str, int]:
         """Every file in the bundle (relative path -> size), metadata.json excepted."""
@@ -199,21 +248,6 @@ class Bundle:
         return self.status() == COMPLETE
 
 
-def format_problem(meta: dict[str, Any], where: Path) -> str | None:
-    """One line saying why a bundle's format cannot be read here, or None when it can.
-
-    meta: its metadata.json; where: the file (named in the line).  No ``format`` key:
-    format 1 (bundles made before it was recorded).
-    """
-    fmt = meta.get("format", 1)
-    if isinstance(fmt, bool) or not isinstance(fmt, int) or fmt < 1:
-        return f"{where}: format {fmt!r} is not a bundle format (a whole number from 1)"
-    if fmt > FORMAT:
-        return (f"{where}: bundle format {fmt} is newer than this testbed reads (up to "
-                f"{FORMAT}); read it with the testbed version that made it, or upgrade")
-    return None
-
-
 def move_aside(out: Path, bundle: Bundle) -> Path:
     """Move an unfinished bundle to ``DIR/_attempts/<run-id>/<n>-<status>/``; return it."""
     status = bundle.status()
@@ -230,8 +264,9 @@ def open_lock_file(path: Path) -> int:
     """Open (creating it if absent) the lock file of an output folder; return the fd.
 
     Never follows a symbolic link (``O_NOFOLLOW``; a new file is made with
-    ``O_CREAT | O_EXCL``), and an existing file must be a regular file owned by us with one
-    link, so a planted ``.testbed-run.lock -> /etc/shadow`` (or a hard link to it) is
+    ``O_CREAT | O_EXCL``), and an existing file must be a regular file with one link, owned
+    by us or, under sudo, by the user who ran sudo (`testbed.core.ownership` gave it to
+    them).  So a planted ``.testbed-run.lock -> /etc/shadow`` (or a hard link to it) is
     refused with `InputError` instead of being truncated as root.
     """
     flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -244,7 +279,9 @@ def open_lock_file(path: Path) -> int:
             raise InputError(f"{path}: not a regular file (a symbolic link?); the lock "
                              "file is never followed; remove it and run again") from None
     st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink != 1:
+    user = invoking_user()
+    owners = {os.geteuid(), *((user[0],) if user else ())}
+    if not stat.S_ISREG(st.st_mode) or st.st_uid not in owners or st.st_nlink != 1:
         os.close(fd)
         raise InputError(f"{path}: not a regular file owned by this user with a single "
                          "link; remove it and run again")

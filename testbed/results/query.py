@@ -55,17 +55,30 @@ def connect(out: Path) -> duckdb.DuckDBPyConnection:
     runs = runs_frame(out)
     con.register("runs_frame", runs)
     con.execute("CREATE VIEW runs AS SELECT * FROM runs_frame")
-    complete = [b for b in bundles(out) if b.status() == COMPLETE]
-    for table in VIEWS:
-        files = [(b.run_id, safefiles.file_in(b.root, f"metrics/{table}.parquet"))
-                 for b in complete]
-        files = [(r, f) for r, f in files if f is not None]
-        if files:
-            con.register(f"{table}_data", stacked_table(files))
+    for table, data in view_tables(out).items():
+        if data is not None:
+            con.register(f"{table}_data", data)
             con.execute(f"CREATE VIEW {table} AS SELECT * FROM {table}_data")
         else:
             con.execute(f"CREATE VIEW {table} AS {_empty_sql(table)}")
     return con
+
+
+def view_tables(out: Path) -> dict[str, pa.Table | None]:
+    """Each view but ``runs`` (`VIEWS`): the ``metrics/<view>.parquet`` of every complete
+    bundle of DIR stacked into one Arrow table with a leading run_id column; None for a
+    view no complete bundle has a file of.
+
+    out: the output directory (its bundles are read as in `connect`).
+    """
+    complete = [b for b in bundles(out) if b.status() == COMPLETE]
+    tables: dict[str, pa.Table | None] = {}
+    for table in VIEWS:
+        files = [(b.run_id, safefiles.file_in(b.root, f"metrics/{table}.parquet"))
+                 for b in complete]
+        found = [(r, f) for r, f in files if f is not None]
+        tables[table] = stacked_table(found) if found else None
+    return tables
 
 
 def check_readable(out: Path) -> None:

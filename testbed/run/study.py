@@ -18,9 +18,12 @@ import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from testbed.core.errors import InputError, TestbedError
+
+if TYPE_CHECKING:
+    from testbed.run.sweep import Progress
 
 VARIANTS = ("quick", "full")
 
@@ -86,7 +89,8 @@ def plan_study(study: Path, variant: str, only: list[str] | None = None,
 def run_study(study: Path, variant: str = "quick", out: Path | None = None,
               only: list[str] | None = None, fail_fast: bool = False,
               reports: bool = True, fresh_networks: bool = False,
-              analyze: bool = True, overrides: list[str] | None = None) -> StudyOutcome:
+              analyze: bool = True, overrides: list[str] | None = None,
+              progress: Progress | None = None) -> StudyOutcome:
     """Run every spec of the study variant, then write the reports.
 
     study: the study folder; variant: quick | full; out: output folder;
@@ -96,7 +100,8 @@ def run_study(study: Path, variant: str = "quick", out: Path | None = None,
     network for every run (default: consecutive runs that may share one do, across the
     study's specs; see `testbed.run.reuse`); analyze: False leaves each run's analysis to
     `finish_analysis` (inside the VM: the host does it afterwards, ~10x faster);
-    overrides: ``--set KEY=VALUE`` strings applied to every spec.
+    overrides: ``--set KEY=VALUE`` strings applied to every spec; progress: where each
+    spec's sweep reports (default: a progress bar per spec, `SweepProgress`).
     """
     from functools import partial
 
@@ -126,7 +131,7 @@ def run_study(study: Path, variant: str = "quick", out: Path | None = None,
             extra = {"command": f"testbed study {study} --variant {variant}{sets}",
                      "spec_file": str(spec), "study": study.name, "variant": variant}
             report = run_sweep(spec_plans, spec_out, execute, fail_fast=fail_fast,
-                               progress=SweepProgress(), extra_meta=extra,
+                               progress=progress or SweepProgress(), extra_meta=extra,
                                recover=recover_bundle)
             if report.failed:
                 outcome.failed[spec.stem] = "; ".join(f"{rid}: {err}"

@@ -26,7 +26,6 @@ from testbed.results.bundle import (
     COMPLETE,
     DEFERRED,
     FAILED,
-    FORMAT,
     INTERRUPTED,
     RUNNING,
     Bundle,
@@ -155,7 +154,7 @@ def _one_run(plan: Any, out: Path, execute: Execute, progress: Progress,
     bundle = Bundle(out / plan.run_id)
     t_start = time.time()
     meta: dict[str, Any] = {
-        "run_id": plan.run_id, "name": plan.spec.name, "format": FORMAT, "status": RUNNING,
+        "run_id": plan.run_id, "name": plan.spec.name, "status": RUNNING,
         "repetition": plan.repetition, "seed": plan.seed, "params": dict(plan.params),
         "started": now_iso(t_start), "t_started": t_start, **extra_meta,
     }

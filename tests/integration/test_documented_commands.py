@@ -28,10 +28,15 @@ so no result here comes from a fixture written by hand.  What each documented co
   (a Python script is run with them and ``--help``).
 * a synopsis or a mention (``testbed doctor [--json]``, ``testbed run SPEC``): its
   subcommand and every ``--option`` it names exist (``testbed <sub> --help``).
+
+The ```python blocks of docs/api.md run too (`test_api_examples_run`), in a folder where
+``results/`` is the studies' output, so ``results/p2_three_paths-quick/cc`` is the folder
+``testbed study`` wrote.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -40,7 +45,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from docexamples import DocCommand, commands_in, doc_files, documented_commands, stray_queries
+from docexamples import (
+    DocCommand,
+    commands_in,
+    doc_files,
+    documented_commands,
+    python_blocks,
+    stray_queries,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.reproduction]
 
@@ -356,3 +368,25 @@ def test_timeseries_on_the_runs_clock_in_every_study(studies_out: Path) -> None:
                            f"flows {r.throughput_bps / 1e6:.3f} Mbit/s")
     print(f"\nFIGURES timeseries vs flows: {checked} rows checked, {len(bad)} off")
     assert checked and not bad, "\n".join(bad)
+
+
+def test_api_examples_run(studies_out: Path, tmp_path: Path) -> None:
+    """Every ```python block of docs/api.md runs (exit 0, some output) against the quick
+    studies' results, ``results/`` standing for their folder; a block marked ``notest``
+    (it needs root) must compile."""
+    name = "docs/api.md"
+    blocks = python_blocks((ROOT / name).read_text(encoding="utf-8"), name)
+    assert any(b.run for b in blocks), f"{name} shows no python example that runs"
+    (tmp_path / "results").symlink_to(studies_out, target_is_directory=True)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
+    problems = []
+    for block in blocks:
+        compile(block.code, block.where, "exec")
+        if not block.run:
+            continue
+        res = subprocess.run([sys.executable, "-c", block.code], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=300)
+        if res.returncode != 0 or not res.stdout.strip():
+            problems.append(f"{block.where}: exit {res.returncode}: "
+                            f"{(res.stderr or 'no output').strip()[-400:]}")
+    assert not problems, "\n".join(problems)

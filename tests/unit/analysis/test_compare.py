@@ -201,8 +201,8 @@ def test_a_newer_bundle_format_is_refused(root, tmp_path):
     shutil.copytree(root / "tcp", newer)
     meta_path = newer / TCP_RUN / "metadata.json"
     meta = json.loads(meta_path.read_text())
-    meta_path.write_text(json.dumps({**meta, "format": 99}))
-    with pytest.raises(InputError, match="bundle format 99 is newer"):
+    meta_path.write_text(json.dumps({**meta, "format_version": "99.0"}))
+    with pytest.raises(InputError, match=r"bundle format 99\.0 is newer"):
         build([newer, root / "mptcp"])
 
 
