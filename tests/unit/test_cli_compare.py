@@ -32,7 +32,7 @@ def folders(tmp_path: Path) -> dict[str, Path]:
     empty = tmp_path / "empty"
     empty.mkdir()
     newer = tmp_path / "newer"
-    _bundle(newer, "x-r1", format=99)
+    _bundle(newer, "x-r1", format_version="99.0")
     failed = tmp_path / "failed"
     _bundle(failed, "x-r1", status="failed")
     _bundle(failed, "x-r2", status="interrupted")
@@ -49,7 +49,7 @@ def folders(tmp_path: Path) -> dict[str, Path]:
     ("missing", "nowhere: no such file or folder; give a result folder"),
     ("file", "a-file: not a folder"),
     ("empty", "empty: no result bundles here"),
-    ("newer", "bundle format 99 is newer than this testbed reads (up to 1)"),
+    ("newer", "bundle format 99.0 is newer than this testbed reads (1.x)"),
     ("failed", "failed: no complete run to compare (1 failed, 1 interrupted)"),
     ("deferred", "x-r1: not analysed yet (no metrics/flows.parquet)"),
 ])
