@@ -62,7 +62,7 @@ _INTO = re.compile(r"^\d+ run\(s\) into (\S+)", re.M)
 _STUDY_HEAD = re.compile(r"^== (\S+) \((\w+)\): (\S+)$", re.M)
 
 
-def testbed_argv() -> list[str]:
+def cli_argv() -> list[str]:
     exe = Path(sys.prefix) / "bin" / "testbed"
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "testbed.cli"]
 
@@ -88,7 +88,7 @@ class Checker:
         self.problems.append(f"{cmd.where}: `{cmd.text[:120]}`: {why}")
 
     def testbed(self, args: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
-        return subprocess.run([*testbed_argv(), *args], cwd=ROOT, capture_output=True,
+        return subprocess.run([*cli_argv(), *args], cwd=ROOT, capture_output=True,
                               text=True, timeout=timeout)
 
     def help_text(self, sub: str) -> str | None:
@@ -295,7 +295,7 @@ def _csv_rows(where: Path, sql: str) -> list[dict[str, str]]:
     import csv
     import io
 
-    res = subprocess.run([*testbed_argv(), "query", str(where), sql, "--csv"], cwd=ROOT,
+    res = subprocess.run([*cli_argv(), "query", str(where), sql, "--csv"], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     return list(csv.DictReader(io.StringIO(res.stdout)))
