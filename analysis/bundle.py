@@ -178,6 +178,7 @@ def build_tables(caps: list[CaptureAnalysis], meta: dict, appflows: pd.DataFrame
     base["parent"] = np.where(base["mptcp_token"] != "", "mptcp:" + base["mptcp_token"], "")
     # MPTCP connections: data level at the receiver's captures
     conn_rows = []
+    conn_at: dict[str, list[str]] = {}  # connection -> the captures it is counted at
     by_name = {c.name: c for c in caps}
     for token, sub in base[base["mptcp_token"] != ""].groupby("mptcp_token"):
         names = _receiver_captures(sub, cap_host, addrs, set(by_name)) or \
@@ -190,6 +191,7 @@ def build_tables(caps: list[CaptureAnalysis], meta: dict, appflows: pd.DataFrame
         if not len(ct):
             continue
         r = ct.iloc[0]
+        conn_at[f"mptcp:{token}"] = [n for n in names if n in by_name]
         first = sub.sort_values("start").iloc[0]
         conn_rows.append({
             "flow_id": f"mptcp:{token}", "capture": first["capture"],
@@ -222,7 +224,7 @@ def build_tables(caps: list[CaptureAnalysis], meta: dict, appflows: pd.DataFrame
                                                                           > 0))
     flows = label_rows(flows, meta, appflows).reindex(columns=FLOW_COLUMNS)
     path_of = {stem: info.get("path") for stem, info in capture_interfaces(meta).items()}
-    ts = run_timeseries(caps, base, path_of, t0, bin_s)
+    ts = run_timeseries(caps, base, path_of, t0, bin_s, conn_at)
     return {"flows": flows, "timeseries": ts}
 
 

@@ -15,7 +15,7 @@ import pandas as pd
 
 from analysis import table as T
 from analysis.flows import Flows, key_token
-from analysis.sequence import group_starts, reorder_analysis, unwrap32
+from analysis.sequence import first_seen_bytes, group_starts, reorder_analysis, unwrap32
 
 
 def key_origins(flows: pd.DataFrame, ddir: np.ndarray) -> dict[str, int]:
@@ -118,10 +118,15 @@ def connection_table(dsn: pd.DataFrame, flows: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame({k: [] for k in cols})
     g = dsn.groupby("token")
     uniq = (~dsn["reinjected"]).groupby(dsn["token"]).sum()
+    # bytes carried once: the union of the data-sequence ranges (a range the sender had
+    # assigned but nobody saw by the end -- still queued or lost -- is not counted)
+    byt = dsn.sort_values("token", kind="stable")
+    once = pd.Series(first_seen_bytes(pd.factorize(byt["token"])[0], byt["dsn"].to_numpy(),
+                                      byt["end"].to_numpy()), index=byt.index)
     sub = flows[flows["mptcp_token"] != ""].groupby("mptcp_token").size()
     out = pd.DataFrame({
         "subflows": sub.reindex(g.size().index).fillna(0).astype(int),
-        "data_bytes": g["end"].max() - g["dsn"].min(),
+        "data_bytes": once.groupby(byt["token"]).sum(),
         "start": g["ts"].min() / 1e9, "end": g["ts"].max() / 1e9,
         "data_packets": uniq,
         "reinjections": g["reinjected"].sum(),

@@ -6,11 +6,12 @@ network was ready), k >= 0: packets before t0 are in no series (`analysis.series
 flow's or subflow's series is counted at the capture its ``flows`` row comes from (the data
 sender's), so its goodput bins add up to the data bytes of that row (goodput: the bytes
 each segment carries that no earlier segment of the flow did, `CaptureAnalysis.goodput_bytes`).
-An MPTCP connection's series is counted at the same captures as its subflows', one row per
-bin (``capture`` names every capture it was counted at): its ``bytes`` are its subflows'
-payload, its goodput the data-level bytes seen for the first time across all of them (by
-data sequence number, `analysis.dsn`), so reinjections count once and its goodput bins add
-up to the connection row's ``bytes``.
+An MPTCP connection's series is counted where its ``flows`` row is, at the data receiver's
+captures, one row per bin (``capture`` names every capture it was counted at): its
+``bytes`` are its subflows' payload arriving there, its goodput the data-level bytes seen
+for the first time across all of them (by data sequence number, `analysis.dsn`), so
+reinjections count once, data the sender assigned but nobody saw arrive is not counted, and
+its goodput bins add up to the connection row's ``bytes``.
 """
 
 from __future__ import annotations
@@ -27,13 +28,15 @@ TIMESERIES_COLUMNS = C.names("timeseries")
 
 
 def run_timeseries(caps: list[CaptureAnalysis], base: pd.DataFrame,
-                   path_of: dict[str, str | None], t0: float, bin_s: float) -> pd.DataFrame:
+                   path_of: dict[str, str | None], t0: float, bin_s: float,
+                   conn_at: dict[str, list[str]] | None = None) -> pd.DataFrame:
     """The timeseries table of a run.
 
     caps: the analysed captures; base: the flow and subflow rows (flow_id, capture,
     capture_receiver, parent); path_of: capture stem -> the path of its interface (from
     metadata.json's interfaces map); t0: the run's time origin (epoch s);
-    bin_s: bin width (s).
+    bin_s: bin width (s); conn_at: MPTCP connection (``mptcp:<token>``) -> the captures
+    its ``flows`` row was counted at (default: its subflows' rows' captures).
     """
     parts = []
     chosen = dict(zip(base["flow_id"], base["capture"], strict=True))
@@ -42,7 +45,12 @@ def run_timeseries(caps: list[CaptureAnalysis], base: pd.DataFrame,
     seen_paths: set[str] = set()
     conn_ts, conn_bytes, conn_key = [], [], []
     conn_dsn = []  # the data-level segments of the subflows counted at each capture
-    conn_caps: dict[str, list[str]] = {}  # connection -> the captures its subflows are from
+    conn_caps: dict[str, list[str]] = {}  # connection -> the captures it is counted at
+    if conn_at is None:
+        conn_at = {}
+        for i, p in parent.items():
+            if p and chosen[i] not in conn_at.setdefault(p, []):
+                conn_at[p].append(chosen[i])
     for c in caps:
         src = c.table.path
         ts = c.table.cols["ts_ns"]
@@ -52,7 +60,10 @@ def run_timeseries(caps: list[CaptureAnalysis], base: pd.DataFrame,
         f_mine = np.array([chosen.get(i) == c.name for i in fid], bool)
         f_par = np.array([parent.get(i) or "" for i in fid], object)
         f_rx = np.array([receiver.get(i) == c.name and not parent.get(i) for i in fid], bool)
+        f_conn = np.array([c.name in conn_at.get(p, ()) for p in f_par], bool)
         rows, flow, payload = c.data_bytes_per_packet()
+        at_conn = f_conn[flow]  # subflow packets counted for their connection here
+        conn_rows, conn_flow, conn_payload = rows[at_conn], flow[at_conn], payload[at_conn]
         mine = f_mine[flow]
         rows, flow, payload = rows[mine], flow[mine], payload[mine]
         sub = f_par[flow] != ""
@@ -68,14 +79,14 @@ def run_timeseries(caps: list[CaptureAnalysis], base: pd.DataFrame,
             parts.append(throughput_series(ts[rrows[at_rx]], rbytes[at_rx], rflow[at_rx],
                                            bin_s, t0, source=src, key_names=fid)
                          .assign(kind="delivered", capture=c.name))
-        if sub.any():  # the connection: its subflows' packets, from every capture
-            conn_ts.append(ts[rows[sub]])
-            conn_bytes.append(payload[sub])
-            conn_key.append(f_par[flow[sub]])
+        if at_conn.any():  # connections: their subflows' packets at this capture
+            conn_ts.append(ts[conn_rows])
+            conn_bytes.append(conn_payload)
+            conn_key.append(f_par[conn_flow])
             for k in set(conn_key[-1]):
                 conn_caps.setdefault(k, []).append(c.name)
             dflow = c.dsn["flow"].to_numpy().astype(np.int64)
-            at = f_mine[dflow] & (f_par[dflow] != "")
+            at = f_conn[dflow]
             conn_dsn.append(pd.DataFrame({"key": f_par[dflow[at]],
                                           "ts": c.dsn["ts"].to_numpy()[at],
                                           "dsn": c.dsn["dsn"].to_numpy()[at],

@@ -124,7 +124,8 @@ FLOWS = Table("flows", "metrics/flows.parquet",
                   Col("frames_rev", INT, "packets", "frames from dst_addr to src_addr"),
                   Col("frame_bytes_rev", INT, "bytes", "wire bytes from dst_addr to src_addr"),
                   Col("bytes", INT, "bytes", "data bytes carried once (TCP: sequence span of "
-                      "the data; MPTCP connection: data-sequence span; UDP: payload)"),
+                      "the data; MPTCP connection: the data-sequence ranges seen at the receiver, "
+                      "each byte once; UDP: payload)"),
                   Col("start", FLT, "s (epoch)", "first SYN, else first packet, at `capture`"),
                   Col("end", FLT, "s (epoch)", "first ACK covering the last data byte (TCP), "
                       "else last packet, at `capture`"),
@@ -173,7 +174,7 @@ TIMESERIES = Table("timeseries", "metrics/timeseries.parquet",
                        Col("key", STR, "", "flow_id (flow, subflow, delivered), `mptcp:<token>` "
                            "(connection), capture stem (iface) or path name (path)"),
                        Col("capture", STR, "", "capture file stem the bin was counted at "
-                           "(a connection: its subflows' captures, comma-separated)"),
+                           "(a connection: the data receiver's captures, comma-separated)"),
                        Col("t", FLT, "s (epoch)", "start of the bin"),
                        Col("t_rel", FLT, "s", "start of the bin on the run's clock, `t - t0` "
                            "(metadata.json `t0`): a multiple of `bin_s`, never negative "
