@@ -10,23 +10,19 @@ check's warm-up).
 
 from __future__ import annotations
 
-import gzip
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from realruns import MPTCP_RUN, P0_PATHS, TCP_RUN, analysed_copy
 
-from analysis.bundle import analyze_bundle
 from analysis.capture import CaptureAnalysis
 from analysis.rows import path_of_address
 from testbed.results.query import run_query
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "analysis" / "p0-paths"
 README = Path(__file__).resolve().parents[3] / "experiments" / "p0_wifi_3g" / "README.md"
-MPTCP_RUN, TCP_RUN = "p0-paths-quick-55986c1eb3-r1", "p0-paths-quick-eddae8e36d-r1"
 # the queries experiments/p0_wifi_3g/README.md gives (checked to be there verbatim)
 PER_WORKLOAD = ("SELECT workload, avg(throughput_bps)/1e6 AS mbit_s FROM flows "
                 "WHERE kind != 'subflow' GROUP BY workload ORDER BY workload")
@@ -37,14 +33,7 @@ TOLERANCE = 0.02
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("p0-paths")
-    shutil.copytree(DATA, root, dirs_exist_ok=True)
-    for gz in root.glob("*/pcap/*.pcap.gz"):
-        gz.with_suffix("").write_bytes(gzip.decompress(gz.read_bytes()))
-        gz.unlink()
-    for run in (MPTCP_RUN, TCP_RUN):
-        analyze_bundle(root / run)
-    return root
+    return analysed_copy(tmp_path_factory.mktemp("p0-paths"))
 
 
 def _table(out: Path, run: str, name: str) -> pd.DataFrame:
@@ -52,7 +41,7 @@ def _table(out: Path, run: str, name: str) -> pd.DataFrame:
 
 
 def _t0(run: str) -> float:
-    return float(json.loads((DATA / run / "metadata.json").read_text())["t0"])
+    return float(json.loads((P0_PATHS / run / "metadata.json").read_text())["t0"])
 
 
 def test_the_captures_hold_packets_before_t0(out):
