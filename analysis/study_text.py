@@ -48,7 +48,9 @@ def _part(e: Estimate) -> str:
                  INCONCLUSIVE: f"contains {ref}, so our runs cannot tell"}[e.verdict]
         return (f"{e.quantity} is {number(e.value)}, and its 95 % interval "
                 f"[{number(e.low)}, {number(e.high)}] {where} (n = {n})")
-    rel = "" if e.relative is None or math.isnan(e.relative) else f" ({e.relative:+.0%})"
+    # relative to the reference; none shown when the reference is 0 (infinite)
+    rel = ("" if e.relative is None or not math.isfinite(e.relative)
+           else f" ({e.relative:+.0%})")
     where = {HOLDS: "at least 10 % away, on the claimed side",
              FAILS: "at least 10 % away, on the other side",
              INCONCLUSIVE: "less than 10 % away, too close to tell"}[e.verdict]

@@ -116,3 +116,10 @@ def test_verdicts_in_words() -> None:
     assert verdict_sentence(none) == "No data: mptcp - tcp: no runs to measure it."
     assert ratio_text(60.0, 45.0) == "x0.75" and ratio_text(None, 1.0) == "—"
     assert ratio_text(0.0, 1.0) == "—"
+
+
+def test_a_difference_from_zero_shows_no_infinite_share() -> None:
+    claim = Claim("random", "spray reorders", [difference("spray - single", [0.0], [38.0])])
+    assert verdict_sentence(claim) == ("Holds: spray - single is 38: one run, so no "
+                                       "interval; it is at least 10 % away, on the claimed "
+                                       "side of 0 (n = 1 / 1).")
