@@ -36,7 +36,7 @@ def student_figures(workspace: Path, results: list[CheckResult]) -> list[tuple[s
     """(caption, PNG) of each run's throughput over time and of the checks with a finite
     interval (measured value against it); drawn from the re-analysed bundles."""
     out = []
-    for run in sorted(p.parent for p in workspace.glob("*/metrics/timeseries.parquet")):
+    for run in sorted(p.parents[1] for p in workspace.glob("*/metrics/timeseries.parquet")):
         ts = pd.read_parquet(run / "metrics" / "timeseries.parquet")
         kinds = [k for k in ("connection", "flow") if (ts["kind"] == k).any()]
         if not kinds:
