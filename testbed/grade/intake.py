@@ -136,8 +136,8 @@ def _from_zip(path: Path, dest: Path, budget: _Budget) -> None:
             for info in zf.infolist():
                 rel = _member_path(info.filename.rstrip("/") if info.is_dir()
                                    else info.filename)
-                mode = info.external_attr >> 16
-                if mode and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                mode = info.external_attr >> 16  # unix mode; no type bits: a plain file
+                if stat.S_IFMT(mode) and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
                     kind = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
                     raise IntakeError(f"member {info.filename}: {kind} (refused)")
                 if info.is_dir():
