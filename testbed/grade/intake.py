@@ -153,6 +153,8 @@ def _from_tar(path: Path, dest: Path, budget: _Budget) -> None:
     try:
         with tarfile.open(path, "r:*") as tf:
             for member in tf:
+                if member.isdir() and member.name.strip("/") in (".", ""):
+                    continue  # the archive's top folder itself ("./")
                 rel = _member_path(member.name)
                 if member.issym() or member.islnk():
                     kind = "a symbolic link" if member.issym() else "a hard link"
