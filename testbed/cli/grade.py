@@ -3,6 +3,7 @@ them to the typer app."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -93,7 +94,11 @@ def register(app: typer.Typer) -> None:
                   "once extracted.")] = 1024,
               max_files: Annotated[int, typer.Option(
                   "--max-files", metavar="N", help="Refuse a submission of more than N "
-                  "files.")] = 5000) -> None:
+                  "files.")] = 5000,
+              jobs: Annotated[int, typer.Option(
+                  "--jobs", "-j", metavar="N", min=0,
+                  help="Students graded at once (default: the number of CPUs).")] = 0
+              ) -> None:
         """Grade a class: gradebook.csv, totals.csv, a feedback page per student, index.html."""
         from testbed.grade.gradebook import grade_class
         from testbed.grade.intake import Limits
@@ -103,7 +108,8 @@ def register(app: typer.Typer) -> None:
 
         def go() -> int:
             students = grade_class(submissions, load_assignment(assignment), out,
-                                   Limits(max_bytes=max_mb << 20, max_files=max_files))
+                                   Limits(max_bytes=max_mb << 20, max_files=max_files),
+                                   jobs=jobs or os.cpu_count() or 1)
             for s in students:
                 typer.echo(f"{s.student}: {s.points:g} points, {s.verified}"
                            + (f": {s.error}" if s.error else ""))

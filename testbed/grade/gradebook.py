@@ -98,10 +98,21 @@ def _csv(header: list[str], rows: list[list[str]]) -> str:
 
 
 def grade_class(submissions: Path, assignment: Assignment, out: Path,
-                limits: Limits = Limits()) -> list[StudentResult]:
-    """Grade every student of submissions into out (see the module docstring)."""
+                limits: Limits = Limits(), jobs: int = 1) -> list[StudentResult]:
+    """Grade every student of submissions into out (see the module docstring).
+
+    jobs: students graded at once, each in its own process (the analysis is CPU-bound).
+    """
     check_out(out, submissions)
-    students = [grade_entry(e, assignment, limits) for e in entries(submissions)]
+    todo = entries(submissions)
+    if jobs > 1 and len(todo) > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=min(jobs, len(todo))) as pool:
+            students = list(pool.map(grade_entry, todo, [assignment] * len(todo),
+                                     [limits] * len(todo)))
+    else:
+        students = [grade_entry(e, assignment, limits) for e in todo]
     if not students:
         raise InputError(f"{submissions}: no submissions (no folder or archive in it)")
     out.mkdir(parents=True, exist_ok=True)
