@@ -22,6 +22,10 @@ so no result here comes from a fixture written by hand.  What each documented co
 * ``compare``: on the real folders it names (as for query), with ``--out`` into a
   temporary folder: it must exit 0, write ``compare.html``, and leave every file of its
   inputs as it was (same names, sizes and modification times).
+* ``check`` and ``verify`` (docs/assignments.md): on the real folder their last word names
+  (as for query): the quick studies' bundles are the assignments' reference solutions, so
+  both must exit 0 (every check passes; the stored metrics match the recomputed ones) and
+  leave every file of their input as it was.
 * ``doctor``: run; exit 0 or 1 (natively possible or not) with one line per check.
 * ``vm -- CMD``: the VM itself is not booted again (the kernel-feature tests and the
   studies boot it); the command inside must exist and accept its documented arguments
@@ -208,6 +212,20 @@ class Checker:
         if changed:
             self.fail(cmd, f"changed its inputs: {', '.join(changed)}")
 
+    def on_folder(self, cmd: DocCommand) -> None:
+        """check / verify: the last word is the folder; exit 0, the input unchanged."""
+        where = self.folder(cmd, cmd.argv[-1])
+        if where is None:
+            return
+        before = _files(where)
+        res = self.testbed([*cmd.argv[1:-1], str(where)], timeout=900)
+        self.executed += 1
+        if res.returncode != 0:
+            self.fail(cmd, f"exit {res.returncode}: "
+                      f"{(res.stderr or res.stdout).strip()[-400:]}")
+        if _files(where) != before:
+            self.fail(cmd, f"changed its input {where}")
+
     def doctor(self, cmd: DocCommand) -> None:
         res = self.testbed(list(cmd.argv[1:]), timeout=120)
         self.executed += 1
@@ -239,7 +257,8 @@ class Checker:
                 self.dry_run(cmd)
         for cmd in concrete:
             action = {"query": self.query, "report": self.report, "compare": self.compare,
-                      "doctor": self.doctor, "vm": self.vm}.get(cmd.sub)
+                      "doctor": self.doctor, "vm": self.vm,
+                      "check": self.on_folder, "verify": self.on_folder}.get(cmd.sub)
             if cmd.sub in ("run", "study"):
                 continue
             if action is None:
