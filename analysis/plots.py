@@ -35,10 +35,10 @@ from testbed.spec.sweep import value_name
 METRIC_LABELS = {
     "throughput_bps_mean": ("throughput", "Mbit/s", 1e-6),
     "fct_s_median": ("median FCT", "ms", 1e3),
-    "reorder_ratio_mean": ("out-of-order packets", "%", 100.0),
+    "reorder_ratio_mean": ("reordered packets, RFC 4737, mean of flows", "%", 100.0),
     "retransmissions": ("retransmissions", "packets", 1.0),
     "bytes": ("bytes delivered", "MB", 1e-6),
-    "ooo_percent": ("out-of-order packets (all data)", "%", 1.0),
+    "ooo_percent": ("reordered packets, RFC 4737, all data", "%", 1.0),
     "long_throughput_bps_mean": ("long-flow throughput", "Mbit/s", 1e-6),
     "short_fct_s_mean": ("short-flow FCT", "ms", 1e3),
 }

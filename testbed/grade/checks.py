@@ -97,7 +97,12 @@ def run_checks(assignment: Assignment, workspace: Path) -> list[CheckResult]:
                 value, note = _one_number(rows, len(cur.description or []))
             except duckdb.Error as exc:
                 first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-                value, note = None, f"the check's query failed: {first}"
+                if "does not have a column named" in first or "not found in FROM" in first:
+                    note = ("nothing measured: the runs it needs are missing (no run has "
+                            f"the parameter its query names: {first})")
+                else:
+                    note = f"the check's query failed: {first}"
+                value = None
             out.append(CheckResult(check, value, note))
     finally:
         con.close()

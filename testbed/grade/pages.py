@@ -58,12 +58,16 @@ def _checks_figure(results: list[CheckResult]) -> Figure:
     ax = fig.add_subplot()
     for i, r in enumerate(results):
         lo, hi = r.check.bounds()
-        span = (hi - lo) or max(abs(hi), 1.0)
         ax.plot([0, 1], [i, i], color="0.75", lw=8, solid_capstyle="butt")
-        if r.measured is not None:
-            x = max(-1.0, min(2.0, (r.measured - lo) / span))
-            ax.plot([x], [i], "o", color="#060" if r.passed else "#a00")
-    ax.set_yticks(range(len(results)), [r.check.name for r in results])
+        if r.measured is None or r.check.hidden:
+            continue  # a hidden check's position would show its passing interval
+        if hi == lo:  # an exact value: in the middle when met
+            x = 0.5 if r.measured == lo else (-0.5 if r.measured < lo else 1.5)
+        else:
+            x = (r.measured - lo) / (hi - lo)
+        ax.plot([max(-1.0, min(2.0, x))], [i], "o", color="#060" if r.passed else "#a00")
+    ax.set_yticks(range(len(results)),
+                  [r.check.name + (" (hidden)" if r.check.hidden else "") for r in results])
     ax.set_xlim(-1.05, 2.05)
     ax.set_xlabel("measured, 0 = low end and 1 = high end of the passing interval")
     ax.invert_yaxis()

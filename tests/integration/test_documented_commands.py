@@ -330,7 +330,7 @@ def test_p0_readme_queries_on_mptcp_beside_pinned_tcp(studies_out: Path, tmp_pat
 
     name = "experiments/p0_wifi_3g/README.md"
     per_workload = _readme_query(name, "GROUP BY workload")
-    per_path = _readme_query(name, "path, throughput_bps")
+    per_path = _readme_query(name, "GROUP BY workload, path")
     runs = [m.parent for m in (studies_out / "p0_wifi_3g-quick" / "heavy_load")
             .glob("*/metadata.json")]
     flows = {r: pd.read_parquet(r / "metrics" / "flows.parquet") for r in runs}
@@ -355,8 +355,11 @@ def test_p0_readme_queries_on_mptcp_beside_pinned_tcp(studies_out: Path, tmp_pat
         assert got[w] == pytest.approx(v, rel=1e-6), (w, got[w], v)
     paths = _csv_rows(one, per_path.argv[3])
     subflows = f[f["kind"] == "subflow"]
-    assert len(paths) == len(subflows) >= 2
-    assert {r["path"] for r in paths} == {"wifi", "cell"}, paths
+    assert {r["path"] for r in paths} == set(subflows["path"]) == {"wifi", "cell"}, paths
+    for r in paths:
+        on_path = subflows[subflows["path"] == r["path"]]
+        assert int(r["n"]) == len(on_path)
+        assert float(r["mbit_s"]) == pytest.approx(rate(on_path), rel=1e-6), r
     print(f"\nFIGURES P0 heavy-load MPTCP run: per workload {got}; per path "
           f"{[(r['path'], round(float(r['mbit_s']), 2)) for r in paths]}")
 

@@ -24,10 +24,12 @@ from testbed.results.query import run_query
 
 README = Path(__file__).resolve().parents[3] / "experiments" / "p0_wifi_3g" / "README.md"
 # the queries experiments/p0_wifi_3g/README.md gives (checked to be there verbatim)
-PER_WORKLOAD = ("SELECT workload, avg(throughput_bps)/1e6 AS mbit_s FROM flows "
+PER_WORKLOAD = ("SELECT workload, count(*) AS n, avg(throughput_bps)/1e6 AS mbit_s, "
+                "stddev_samp(throughput_bps)/1e6 AS sd FROM flows "
                 "WHERE kind != 'subflow' GROUP BY workload ORDER BY workload")
-PER_PATH = ("SELECT workload, path, throughput_bps/1e6 AS mbit_s FROM flows "
-            "WHERE kind = 'subflow' ORDER BY workload, path")
+PER_PATH = ("SELECT workload, path, count(*) AS n, avg(throughput_bps)/1e6 AS mbit_s "
+            "FROM flows WHERE kind = 'subflow' GROUP BY workload, path "
+            "ORDER BY workload, path")
 TOLERANCE = 0.02
 
 
@@ -118,6 +120,7 @@ def test_one_row_per_workload_and_per_path_queries(out):
     assert PER_WORKLOAD in text and PER_PATH in text
     got = run_query(out, PER_WORKLOAD)
     assert list(got["workload"]) == ["mptcp-cubic", "tcp-wifi"]
+    assert list(got["n"]) == [1, 1]
     conn = _table(out, MPTCP_RUN, "flows").set_index("kind").loc["connection"]
     tcp = _table(out, TCP_RUN, "flows").iloc[0]
     assert list(got["mbit_s"]) == pytest.approx([conn["throughput_bps"] / 1e6,
