@@ -52,7 +52,9 @@ def made(studies_out: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[st
     no_spray = [b for b in static.values() if _param(b, "controller.kind") != "spray"]
     tcp_only = [b for b in paths.values()
                 if (_param(b, "workload.0") or {}).get("protocol") == "tcp"]
-    assert len(reno) == 1 and len(no_spray) == 2 and len(tcp_only) == 2
+    assert len(reno) == 1 and len(no_spray) == 2
+    # every repetition of both TCP workloads (P0 quick repeats paths.toml)
+    assert {_param(b, "workload.0")["name"] for b in tcp_only} == {"tcp-wifi", "tcp-cell"}
     return {
         "p2_cc/ref": _submission(tmp / "p2-ref", [*cc.values(), *loss.values()]),
         "p2_cc/wrong": _submission(tmp / "p2-wrong", [*reno, *loss.values()]),

@@ -329,7 +329,7 @@ def test_p0_readme_queries_on_mptcp_beside_pinned_tcp(studies_out: Path, tmp_pat
     import pandas as pd
 
     name = "experiments/p0_wifi_3g/README.md"
-    per_workload = _readme_query(name, "GROUP BY workload")
+    per_workload = _readme_query(name, "GROUP BY workload ORDER BY")
     per_path = _readme_query(name, "GROUP BY workload, path")
     runs = [m.parent for m in (studies_out / "p0_wifi_3g-quick" / "heavy_load")
             .glob("*/metadata.json")]
