@@ -26,6 +26,8 @@ Studies (one folder each under ``experiments/``, with its ``study.py``)::
     study_registry.py   StudyRegistry: the studies, found by folder
     claims.py           Comparison, Claim, StudyResult; a study's paper.toml
     study_tables.py     what `testbed study` wrote, read back (run_table, workload_rate, ...)
+    study_figures.py    a study's redrawn figures: StudyFigure, paper overlays, write_figures
+    study_text.py       a claim's verdict in words, ratios, measured values as text
     study_report.py     evaluate(study, out), write_study_report -> out/report.html
 
 Command line::

@@ -6,6 +6,7 @@ paper's qualitative finding, the evidence our runs give for it -- `analysis.evid
 estimates with their repetitions and 95 % intervals -- and the measured values).  A
 claim's verdict (holds, does not hold, inconclusive, no data) is derived from its evidence
 and never bent: when our runs do not show it, or cannot tell, the verdict says so.
+A study may add `StudyTable` s (a table of the paper laid out as the paper does).
 `load_paper` reads a study folder's ``paper.toml`` (schema: experiments/README.md).
 """
 
@@ -55,6 +56,19 @@ class Claim:
 
 
 @dataclass
+class StudyTable:
+    """A table of the paper laid out as the paper does, our values beside its (text cells).
+
+    title: its heading; columns: the header; rows: one list of cell texts per row.
+    """
+
+    title: str
+    columns: list[str]
+    rows: list[list[str]]
+    note: str = ""
+
+
+@dataclass
 class StudyResult:
     """Everything the study report shows."""
 
@@ -63,6 +77,7 @@ class StudyResult:
     comparisons: list[Comparison] = field(default_factory=list)
     claims: list[Claim] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
+    tables: list[StudyTable] = field(default_factory=list)
 
 
 def load_paper(study: Path) -> dict[str, Any]:

@@ -71,7 +71,7 @@ METRICS = (
            "run"),
     Metric("fct_s_median", "run: FCT, median of flows", "ms", 1e3, "run"),
     Metric("short_fct_s_mean", "run: FCT, flows < 100 KB", "ms", 1e3, "run"),
-    Metric("ooo_percent", "run: out-of-order data packets", "%", 1.0, "run"),
+    Metric("ooo_percent", "run: reordered data packets, RFC 4737", "%", 1.0, "run"),
     Metric("retransmissions", "run: retransmissions", "packets", 1.0, "run"),
     Metric("fct_s", "flow: FCT, mean", "ms", 1e3, "flow"),
     Metric("fct_s", "flow: FCT, median", "ms", 1e3, "flow", "median"),

@@ -13,6 +13,9 @@ point).  Three kinds of evidence, each an `Estimate` with its own verdict:
 * `proportion(quantity, k, trials, line, above)`: a share of independent trials (pings
   lost) against a line, with the **Wilson score** 95 % interval.
 
+`mean_interval(values)` is the plain mean with its Student t 95 % interval, no claim
+attached (the sweep report's bars and bands).
+
 Verdicts (`HOLDS`, `FAILS`, `INCONCLUSIVE`, `NO_DATA`): a claim *holds* when the interval
 lies wholly on the claimed side of 0 (of the line), *does not hold* when it lies wholly
 on the other side, and is *inconclusive* when it contains 0 (the line).  With fewer than
@@ -202,6 +205,23 @@ def difference(quantity: str, low: Sequence[float | None], high: Sequence[float 
                     _side(d - h, d + h, 0.0), rel)
 
 
+def mean_interval(values: Sequence[float | None]) -> tuple[float, float | None,
+                                                            float | None, int]:
+    """The mean of values (None and NaN left out) with its Student t 95 % interval.
+
+    Returns (mean, low, high, n): mean NaN when no value is left; low and high None with
+    fewer than two values (one run has no interval).
+    """
+    xs = _clean(values)
+    if not xs:
+        return math.nan, None, None, 0
+    m, v = _mean_var(xs)
+    if len(xs) < 2:
+        return m, None, None, 1
+    h = t_quantile(0.5 + LEVEL / 2, len(xs) - 1) * math.sqrt(v / len(xs))
+    return m, m - h, m + h, len(xs)
+
+
 def level(quantity: str, values: Sequence[float | None], line: float, above: bool
           ) -> Estimate:
     """The claim "the mean is above (above=True) or below the line": Student's t interval.
@@ -209,21 +229,18 @@ def level(quantity: str, values: Sequence[float | None], line: float, above: boo
     quantity: names it; values: one per run (None and NaN left out); line: the threshold.
     relative: (mean - line) / |line|, signed so that positive means on the claimed side.
     """
-    xs = _clean(values)
-    n = (len(xs),)
-    if not xs:
+    m, lo, hi, count = mean_interval(values)
+    n = (count,)
+    if not count:
         return Estimate(quantity, math.nan, None, None, n, "no runs", NO_DATA, line=line)
-    m, v = _mean_var(xs)
     sign = 1.0 if above else -1.0
     rel = sign * _relative(m - line, line)
-    if len(xs) < 2:
+    if lo is None or hi is None:
         return Estimate(quantity, m, None, None, n,
                         f"one repetition: decided when at least {MIN_RELATIVE:.0%} from the "
                         "line", _one_repetition(rel), rel, line)
-    h = t_quantile(0.5 + LEVEL / 2, len(xs) - 1) * math.sqrt(v / len(xs))
-    lo, hi = m - h, m + h
     verdict = _side(lo, hi, line) if above else _side(-hi, -lo, -line)
-    return Estimate(quantity, m, lo, hi, n, f"Student t, df {len(xs) - 1}", verdict, rel,
+    return Estimate(quantity, m, lo, hi, n, f"Student t, df {count - 1}", verdict, rel,
                     line)
 
 

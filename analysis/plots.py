@@ -2,8 +2,9 @@
 
 * `throughput_figure` -- rate vs time per path / subflow / flow, schedule events marked;
 * `cwnd_figure` -- congestion window vs time per subflow;
-* `sweep_figure` -- a metric vs a swept parameter, mean +- standard deviation over
-  repetitions, one line per policy;
+* `sweep_figure` -- a metric vs a swept parameter, mean and 95 % interval over
+  repetitions: grouped bars for a categorical parameter, a line with a band for a numeric
+  one (`analysis.sweep_stats` computes what is drawn);
 * `fct_cdf_figure` -- CDF of flow completion times;
 * `sides_series_figure`, `sides_cdf_figure` -- a comparison's sides overlaid
   (`testbed compare`): time series, and CDFs of samples.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import io
 import json
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -24,17 +26,19 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullLocator
 
+from analysis import sweep_stats
 from testbed.core.safefiles import atomic_write
 from testbed.spec.sweep import value_name
 
 METRIC_LABELS = {
     "throughput_bps_mean": ("throughput", "Mbit/s", 1e-6),
     "fct_s_median": ("median FCT", "ms", 1e3),
-    "reorder_ratio_mean": ("out-of-order packets", "%", 100.0),
+    "reorder_ratio_mean": ("reordered packets, RFC 4737, mean of flows", "%", 100.0),
     "retransmissions": ("retransmissions", "packets", 1.0),
     "bytes": ("bytes delivered", "MB", 1e-6),
-    "ooo_percent": ("out-of-order packets (all data)", "%", 1.0),
+    "ooo_percent": ("reordered packets, RFC 4737, all data", "%", 1.0),
     "long_throughput_bps_mean": ("long-flow throughput", "Mbit/s", 1e-6),
     "short_fct_s_mean": ("short-flow FCT", "ms", 1e3),
 }
@@ -106,27 +110,108 @@ def value_label(v: object, width: int = 28) -> str:
     return text if len(text) <= width else text[:width - 1] + "\u2026"
 
 
+_AXIS_KIND = {"bit/s": "rate", "s": "duration", "bytes": "size", "%": "percentage"}
+
+
+def _line_groups(summary: pd.DataFrame, others: list[str]
+                 ) -> list[tuple[str, pd.DataFrame]]:
+    """(legend label, runs) per combination of the other swept parameters, in the order
+    of their values (numbers by value, names alphabetically)."""
+    if not others:
+        return [("", summary)]
+    ranks = [{v: i for i, v in enumerate(sweep_stats.param_axis(summary, p, value_label)
+                                        .order)} for p in others]
+    out = [(tuple(rank.get(v, len(rank)) for v, rank in zip(key, ranks, strict=True)),
+            ", ".join(value_label(v) for v in key), g)
+           for key, g in summary.groupby(others, dropna=False, sort=False)]
+    return [(name, g) for _rank, name, g in sorted(out, key=lambda item: item[:2])]
+
+
+def _runs_dots(ax: plt.Axes, xs: np.ndarray, ys: np.ndarray, bad: np.ndarray,
+               colour: str) -> None:
+    """Each run's value: a dot, or a red cross when its fidelity is not ok."""
+    ax.scatter(xs[~bad], ys[~bad], s=9, color=colour, zorder=3)
+    ax.scatter(xs[bad], ys[bad], s=36, marker="x", color="red", zorder=4)
+
+
 def sweep_figure(summary: pd.DataFrame, param: str, metric: str,
                  policy: list[str] | None = None, order: list | None = None) -> Figure:
-    """metric vs param, mean +- std over repetitions, one line per policy.
+    """metric vs param over the runs of a sweep, mean and 95 % interval over repetitions.
+
+    A categorical param (workloads, controller kinds, congestion controls) gives grouped
+    bars with Student t 95 % whiskers; a numeric one (numbers; rates, durations, sizes,
+    percentages) a line with a shaded 95 % band, at each value's position.  Single runs
+    are dots, those whose fidelity is not ok red crosses; runs not complete and values
+    not measured are left out (never drawn as 0) and counted in the note under the axes.
 
     summary: one row per run; param: swept column (x axis); metric: column (y axis);
-    policy: columns whose combination names a line; order: x values in display order.
+    policy: the other swept columns, whose combination names a bar colour / line (legend
+    labels are value names); order: categorical x values in display order.
     """
     label, unit, scale = METRIC_LABELS.get(metric, (metric, "", 1.0))
+    summary = summary.reset_index(drop=True)  # rows are matched by their index below
+    axis = sweep_stats.param_axis(summary, param, value_label)
+    xs = list(order) if order is not None and axis.categorical else axis.order
+    others = list(policy or [])
     fig, ax = _fig(f"{label} vs {param}")
-    xs = order or sorted(summary[param].dropna().unique(), key=str)
-    pos = {x: i for i, x in enumerate(xs)}
-    groups = summary.groupby(policy, dropna=False) if policy else [("all", summary)]
-    for name, g in groups:
-        stats = g.groupby(param)[metric].agg(["mean", "std", "count"]).reindex(xs)
-        x = [pos[v] for v in stats.index]
-        ax.errorbar(x, stats["mean"] * scale, yerr=stats["std"].fillna(0) * scale, marker="o",
-                    capsize=3, label=", ".join(map(value_label, np.atleast_1d(name))))
-    ax.set_xticks(range(len(xs)), [value_label(v) for v in xs])
-    ax.set_xlabel(param)
+    ax.set_axisbelow(True)
+    vals, _left = sweep_stats.metric_values(summary, metric)
+    bad = sweep_stats.not_ok(summary)
+    groups = _line_groups(summary, others)
+    width = 0.8 / len(groups)
+    for i, (name, g) in enumerate(groups):
+        colour = f"C{i % 10}"
+        st = {r[param]: r for r in sweep_stats.group_stats(g, metric, [param])
+              .to_dict("records") if r["n"] > 0}
+        used = vals.loc[g.index].notna() & g[param].isin(xs)
+        if axis.categorical:
+            pos = {x: j - 0.4 + width * (i + 0.5) for j, x in enumerate(xs)}
+            named = False
+            for x in xs:
+                if x not in st:
+                    ax.text(pos[x], 0.02, "no value", rotation=90, fontsize=7, color="0.4",
+                            ha="center", va="bottom",
+                            transform=ax.get_xaxis_transform())
+                    continue
+                r = st[x]
+                ax.bar(pos[x], r["mean"] * scale, width * 0.9, color=colour, alpha=0.75,
+                       label=None if named or not name else name)
+                named = True
+                if r["n"] > 1:
+                    ax.errorbar(pos[x], r["mean"] * scale, yerr=[[(r["mean"] - r["low"])
+                                * scale], [(r["high"] - r["mean"]) * scale]],
+                                color="black", capsize=4, lw=1.2)
+        else:
+            pos = axis.position
+            pts = sorted((pos[x], st[x]) for x in xs if x in st)
+            px = np.array([p for p, _r in pts])
+            ax.plot(px, [r["mean"] * scale for _p, r in pts], marker="o", color=colour,
+                    label=name or None)
+            ax.fill_between(px, [r["low"] * scale for _p, r in pts],
+                            [r["high"] * scale for _p, r in pts], color=colour, alpha=0.2,
+                            lw=0)
+        _runs_dots(ax, g.loc[used, param].map(pos).to_numpy(float),
+                   vals.loc[g.index][used].to_numpy(float) * scale,
+                   bad.loc[g.index][used].to_numpy(bool),
+                   "0.15" if axis.categorical else colour)
+    if axis.categorical:
+        ax.set_xticks(range(len(xs)), [value_label(v) for v in xs])
+        ax.set_xlabel(param)
+    else:
+        if axis.log:
+            ax.set_xscale("log")
+            ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xticks([axis.position[x] for x in xs], [value_label(v) for v in xs])
+        extra = [k for k in (_AXIS_KIND.get(axis.unit), "log scale" if axis.log else None)
+                 if k]
+        ax.set_xlabel(f"{param} ({', '.join(extra)})" if extra else param)
     ax.set_ylabel(f"{label} ({unit})" if unit else label)
-    ax.legend(fontsize=7, loc="best")
+    ax.set_ylim(bottom=min(0.0, ax.get_ylim()[0]))
+    if others:
+        ax.legend(title=", ".join(others), fontsize=7, title_fontsize=7,
+                  loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    notes = sweep_stats.sweep_notes(summary, param, metric, others, axis.categorical)
+    fig.supxlabel(textwrap.fill("; ".join(notes), 125), fontsize=7, color="0.3")
     return fig
 
 

@@ -4,20 +4,21 @@ Each section is a `Section` (``section(ctx) -> str``, "" to skip).  `RUN_SECTION
 fidelity banner, the run's metadata, figures, the flow table, paper values, the spec and
 the warnings (capture losses, path rates far from the configured bandwidth, a run that did
 not complete).  `SWEEP_SECTIONS`: every run's fidelity, each metric against each swept
-parameter, paper values and warnings.
+parameter with the means over repetitions (`analysis.report_sweep`), paper values and
+warnings.
 """
 
 from __future__ import annotations
 
 import math
-import re
 
 import pandas as pd
 
 from analysis import plots
-from analysis.bundle import HEADLINE_KEYS, headline
+from analysis.bundle import headline
 from analysis.report_context import ReportContext, Section, esc, figure, html_table
 from analysis.report_fidelity import run_fidelity_section, sweep_fidelity_section
+from analysis.report_sweep import sweep_section
 from testbed.core import units
 from testbed.core.capture_counts import shortfall
 from testbed.core.errors import InputError
@@ -162,59 +163,6 @@ def paper_section(ctx: ReportContext) -> str:
                      "measured": measured, "difference": f"{rel:+.1%}" if rel == rel else "",
                      "check": flag})
     return "<h2>Comparison with the paper</h2>" + html_table(pd.DataFrame(rows))
-
-
-# ---- sweep sections -------------------------------------------------------------------
-
-def _order_key(v: object) -> tuple[int, float, str]:
-    for parse in (units.parse_rate, units.parse_duration, units.parse_size,
-                  units.parse_percent, float):
-        try:
-            return (0, float(parse(v)), str(v))
-        except (InputError, TypeError, ValueError):
-            continue
-    return (1, 0.0, str(v))
-
-
-RUN_COLUMNS = {"run_id", "name", "status", "repetition", "seed", "started", "ended", "wall_s",
-               "error", "path"}
-
-
-def swept_params(summary: pd.DataFrame) -> list[str]:
-    """Swept parameters: summary columns that are neither run bookkeeping, the seconds
-    each run phase took (``setup_s``, ... -- never a dotted key path) nor headline metrics,
-    and that take more than one value."""
-    skip = RUN_COLUMNS | set(HEADLINE_KEYS)
-    return [c for c in summary.columns
-            if c not in skip and not re.fullmatch(r"[a-z]+_s", c)
-            and summary[c].nunique(dropna=True) > 1]
-
-
-def sweep_section(ctx: ReportContext) -> str:
-    """Each metric vs each swept parameter, one line per combination of the others."""
-    s = ctx.tables.get("summary")
-    if s is None or not len(s):
-        return "<h2>Sweep</h2><p><em>no runs</em></p>"
-    params = swept_params(s)
-    metrics = [m for m in plots.METRIC_LABELS if m in s and pd.to_numeric(
-        s[m], errors="coerce").notna().any()]
-    out = ["<h2>Sweep</h2>"]
-    if "status" in s:
-        bad = s[s["status"] != "complete"]
-        for _, r in bad.iterrows():
-            ctx.warnings.append(f"run {r.get('run_id', '?')} is {r['status']}")
-    for p in params:
-        others = [q for q in params if q != p]
-        order = sorted(s[p].dropna().unique(), key=_order_key)
-        for m in metrics:
-            data = s.assign(**{m: pd.to_numeric(s[m], errors="coerce")})
-            out.append(figure(ctx, plots.sweep_figure(data, p, m, others or None, order),
-                              f"{m}-vs-{p}",
-                              f"{m} vs {p}: mean and standard deviation over repetitions; "
-                              f"one line per {', '.join(others) or 'run set'}."))
-    cols = ["run_id", "status", "repetition", *params, *metrics]
-    out.append("<h3>Runs</h3>" + html_table(s[[c for c in cols if c in s]]))
-    return "".join(out)
 
 
 RUN_SECTIONS: tuple[Section, ...] = (run_fidelity_section, metadata_section, figures_section,

@@ -3,8 +3,11 @@
 A study is a folder ``<root>/<name>/`` holding ``paper.toml`` (the paper's numbers; its
 ``[paper] id``, e.g. ``"P3"``, names the study), ``quick/*.toml`` and ``full/*.toml``
 specs, a README, and ``study.py``, whose ``evaluate(paper, out, res)`` fills a
-`StudyResult` from what ``testbed study`` wrote into ``out``.  `StudyRegistry` finds every
-such folder, so adding a study is adding a folder: no shared file changes.
+`StudyResult` from what ``testbed study`` wrote into ``out`` and whose optional
+``figures(paper, out)`` (there or in a sibling ``figures.py``) redraws the paper's
+figures (`analysis.study_figures`).
+`StudyRegistry` finds every such folder, so adding a study is adding a folder: no shared
+file changes.
 
 What is imported, and from where: only the ``study.py`` of a folder directly under the
 registry's root -- by default the project's own ``experiments`` package (each study is
@@ -26,9 +29,11 @@ from types import ModuleType
 from typing import Any, Protocol
 
 from analysis.claims import StudyResult, load_paper, paper_id
+from analysis.study_figures import StudyFigure
 from testbed.core.errors import InputError
 
 STUDY_MODULE = "study.py"
+FIGURES_MODULE = "figures.py"  # optional: the study's figures when study.py has none
 PACKAGE = "experiments"  # the project's studies: a package, each study folder a subpackage
 _FOLDER_NAME = re.compile(r"[a-z][a-z0-9_]*")  # a Python package name
 
@@ -37,6 +42,12 @@ class Evaluator(Protocol):
     """A study's ``evaluate``: fills res from the paper's numbers and the results in out."""
 
     def __call__(self, paper: dict[str, Any], out: Path, res: StudyResult) -> None: ...
+
+
+class FigureMaker(Protocol):
+    """A study's optional ``figures``: the paper's figures redrawn from the results in out."""
+
+    def __call__(self, paper: dict[str, Any], out: Path) -> list[StudyFigure]: ...
 
 
 @dataclass(frozen=True)
@@ -107,13 +118,26 @@ class StudyRegistry:
                              "evaluate(paper, out, res)")
         return fn
 
-    def _load(self, entry: StudyEntry) -> ModuleType:
-        """Import the study's module: by package name for the project's own studies, else
-        from the file under the explicitly given root."""
+    def figure_maker(self, study_id: str) -> FigureMaker | None:
+        """The ``figures`` function of the study with this id (its redrawn figures); None
+        when there is no such study or it draws none."""
+        entry = next((s for s in self.studies() if s.study_id == study_id), None)
+        if entry is None:
+            return None
+        fn = getattr(self._load(entry), "figures", None)
+        if not callable(fn) and (entry.folder / FIGURES_MODULE).is_file() \
+                and not (entry.folder / FIGURES_MODULE).is_symlink():
+            fn = getattr(self._load(entry, FIGURES_MODULE), "figures", None)
+        return fn if callable(fn) else None
+
+    def _load(self, entry: StudyEntry, filename: str = STUDY_MODULE) -> ModuleType:
+        """Import one module of the study (study.py, figures.py): by package name for the
+        project's own studies, else from the file under the explicitly given root."""
+        stem = filename.removesuffix(".py")
         if self.root is None:
-            return importlib.import_module(f"{PACKAGE}.{entry.folder.name}.study")
-        path = entry.folder / STUDY_MODULE
-        spec = importlib.util.spec_from_file_location(f"_study_{entry.folder.name}", path)
+            return importlib.import_module(f"{PACKAGE}.{entry.folder.name}.{stem}")
+        path = entry.folder / filename
+        spec = importlib.util.spec_from_file_location(f"_{stem}_{entry.folder.name}", path)
         if spec is None or spec.loader is None:
             raise InputError(f"{path}: cannot be loaded as a Python module")
         module = importlib.util.module_from_spec(spec)

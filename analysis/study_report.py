@@ -3,27 +3,31 @@
 `evaluate(study, out)` reads a study folder's ``paper.toml`` and the result folders that
 ``testbed study`` wrote (``out/<spec stem>/`` with one bundle per run), and has the study
 named by the paper's id (`analysis.study_registry`) fill a `StudyResult`.
-`write_study_report` renders it into ``out/report.html`` with links to each spec's own
+`write_study_report` renders it into ``out/report.html`` with the paper's figures
+redrawn from our runs (the study's ``figures``, `analysis.study_figures`; PNGs in
+``out/report-figures/``), a paper-vs-ours table with the ratio, links to each spec's own
 report, the fidelity verdict of every run, and writes the claims' verdicts to
 ``out/claims.json``.  A claim's row shows its verdict (holds, does not hold,
-inconclusive, no data) and, per part of its evidence, the repetitions per side (n), the
-estimate with its 95 % interval and how the interval was made (`analysis.evidence`).
+inconclusive, no data) in words (`analysis.study_text`) and, per part of its evidence, the
+repetitions per side (n), the estimate with its 95 % interval and how the interval was
+made (`analysis.evidence`).  No cell shows a raw dictionary or JSON.
 """
 
 from __future__ import annotations
 
 import html
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from analysis.claims import Claim, StudyResult, load_paper, paper_id
+from analysis.claims import Claim, StudyResult, StudyTable, load_paper, paper_id
 from analysis.evidence import FAILS, HOLDS, INCONCLUSIVE, Estimate
 from analysis.report_fidelity import fidelity_banner
+from analysis.study_figures import StudyFigure, write_figures
 from analysis.study_registry import StudyRegistry
+from analysis.study_text import measured_text, number, ratio_text, verdict_sentence
 from testbed.core import safefiles
 from testbed.core.errors import InputError
 from testbed.core.safefiles import atomic_write_text
@@ -49,19 +53,18 @@ def evaluate(study: Path, out: Path, registry: StudyRegistry | None = None) -> S
     return res
 
 
-def _cell(v: float | None) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "—"
-    return f"{v:.4g}"
+def render(res: StudyResult, paper: dict[str, Any], out: Path,
+           figures: list[tuple[StudyFigure, str]] | None = None) -> str:
+    """The study report as one HTML page.
 
-
-def render(res: StudyResult, paper: dict[str, Any], out: Path) -> str:
-    """The study report as one HTML page."""
+    figures: the redrawn figures with their hrefs relative to out (`write_figures`).
+    """
     e = html.escape
     rows = "".join(_claim_row(c) for c in res.claims)
     comps = "".join(
-        f"<tr><td>{e(c.figure)}</td><td>{e(c.quantity)}</td><td>{_cell(c.paper)}</td>"
-        f"<td>{_cell(c.ours)}</td><td>{e(c.unit)}</td><td>{e(c.note)}</td></tr>"
+        f"<tr><td>{e(c.figure)}</td><td>{e(c.quantity)}</td><td>{number(c.paper)}</td>"
+        f"<td>{number(c.ours)}</td><td>{ratio_text(c.paper, c.ours)}</td>"
+        f"<td>{e(c.unit)}</td><td>{e(c.note)}</td></tr>"
         for c in res.comparisons)
     figs = "".join(
         f"<li><b>{e(f.get('source', k))}</b> — {e(f.get('title', ''))}<br>"
@@ -75,10 +78,16 @@ def render(res: StudyResult, paper: dict[str, Any], out: Path) -> str:
                if res.missing else "")
     setup = e(str((paper.get("paper") or {}).get("setup", "")))
     banner = _fidelity_banner(out)
+    drawn = "".join(
+        f'<figure id="{e(f.name)}"><h3>{e(f.title)}</h3><img src="{e(href)}" '
+        f'alt="{e(f.title)}"><figcaption>{e(f.caption)}</figcaption></figure>'
+        for f, href in (figures or []))
+    tables = "".join(_study_table(t) for t in res.tables)
     return f"""<!doctype html><html><head><meta charset="utf-8">
 <title>{e(res.study)}: {e(res.title)}</title>
 <style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}
 table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px}}
+figure{{margin:1.5em 0}}figure img{{max-width:100%}}figcaption{{color:#444}}
 .ok{{background:#dfd}}.bad{{background:#fdd}}.na{{background:#eee}}.warn{{background:#ffe9b3}}
 .fid{{padding:8px 12px;border-radius:4px;margin:1em 0;border:1px solid}}
 .fid-ok{{background:#eaf6ea;border-color:#7b7}}.fid-warn,.fid-unknown{{background:#fff6e0;
@@ -92,10 +101,14 @@ when it contains 0 (the line) -- or, on one repetition (no interval), when the d
 is under 10 %.  n: repetitions per side.</p>
 <table><tr><th>figure</th><th>claim</th><th>verdict</th><th>n</th><th>estimate [95 % CI]
 </th><th>how</th><th>measured</th></tr>{rows}</table>
+<h2>The paper's figures, redrawn from our runs</h2>
+<p>Our runs in colour; the paper's stated values in black dashed lines or crosses,
+labelled "paper".  Where the paper gives only a curve, nothing of it is drawn.</p>
+{drawn or "<p class=na>No figures: no runs to draw from.</p>"}{tables}
 <h2>Paper vs ours</h2>
-<table><tr><th>figure</th><th>quantity</th><th>paper</th><th>ours</th><th>unit</th>
-<th>note</th></tr>{comps}</table>
-<h2>The paper's figures</h2><ul>{figs}</ul>
+<table><tr><th>figure</th><th>quantity</th><th>paper</th><th>ours</th>
+<th>ours / paper</th><th>unit</th><th>note</th></tr>{comps}</table>
+<h2>What the paper shows</h2><ul>{figs}</ul>
 <h2>Per-spec reports</h2><ul>{links}</ul>
 </body></html>"""
 
@@ -105,21 +118,31 @@ _CLASS = {HOLDS: "ok", FAILS: "bad", INCONCLUSIVE: "warn"}
 
 def _estimate(e: Estimate) -> str:
     """An estimate as text: value [low, high] (or the value alone on one repetition)."""
-    ci = "" if e.low is None or e.high is None else f" [{_cell(e.low)}, {_cell(e.high)}]"
-    line = "" if e.line is None else f" (line {_cell(e.line)})"
-    return f"{e.quantity}: {_cell(e.value)}{ci}{line}"
+    ci = "" if e.low is None or e.high is None else f" [{number(e.low)}, {number(e.high)}]"
+    line = "" if e.line is None else f" (line {number(e.line)})"
+    return f"{e.quantity}: {number(e.value)}{ci}{line}"
 
 
 def _claim_row(c: Claim) -> str:
-    """One claim as a table row: a line per part of its evidence in the n/estimate cells."""
+    """One claim as a table row: its verdict in words, a line per part of its evidence."""
     e = html.escape
     parts = c.evidence
     return (f"<tr><td>{e(c.figure)}</td><td>{e(c.text)}</td>"
-            f"<td class={_CLASS.get(c.verdict, 'na')}>{e(c.verdict)}</td>"
+            f"<td class={_CLASS.get(c.verdict, 'na')}><b>{e(c.verdict)}</b><br>"
+            f"{e(verdict_sentence(c))}</td>"
             f"<td>{'<br>'.join(e(' / '.join(map(str, p.n))) for p in parts)}</td>"
             f"<td>{'<br>'.join(e(_estimate(p)) for p in parts)}</td>"
             f"<td>{'<br>'.join(e(f'{p.method}: {p.verdict}') for p in parts)}</td>"
-            f"<td>{e(json.dumps(c.measured))}</td></tr>")
+            f"<td>{e(measured_text(c.measured))}</td></tr>")
+
+
+def _study_table(t: StudyTable) -> str:
+    """A study's own table (`StudyTable`) as HTML."""
+    e = html.escape
+    head = "".join(f"<th>{e(c)}</th>" for c in t.columns)
+    body = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in t.rows)
+    note = f"<p>{e(t.note)}</p>" if t.note else ""
+    return f"<h3>{e(t.title)}</h3><table><tr>{head}</tr>{body}</table>{note}"
 
 
 def _fidelity_banner(out: Path) -> str:
@@ -141,15 +164,19 @@ def _fidelity_banner(out: Path) -> str:
 
 
 def write_study_report(study: Path, out: Path, registry: StudyRegistry | None = None) -> Path:
-    """Write out/report.html (paper vs ours) and out/claims.json; return the report path.
+    """Write out/report.html (paper vs ours), its figures (out/report-figures/) and
+    out/claims.json; return the report path.
 
     study: the study folder; out: its results; registry: as for `evaluate`.
     """
+    registry = registry or StudyRegistry()
     res = evaluate(study, out, registry)
     paper = load_paper(study)
     out.mkdir(parents=True, exist_ok=True)
+    maker = registry.figure_maker(paper_id(paper))
+    figures = write_figures(maker(paper, out), out) if maker is not None else []
     target = out / "report.html"
-    atomic_write_text(target, render(res, paper, out))
+    atomic_write_text(target, render(res, paper, out, figures))
     claims = [c.record() for c in res.claims]
     atomic_write_text(out / "claims.json", json.dumps(claims, indent=1))
     return target

@@ -199,16 +199,16 @@ def fct_cdf_figure(res: Results) -> Figure:
 def sweep_figure(res: Results, param: str, metric: str,
                  policy: Sequence[str] | None = None) -> Figure:
     """A runs column (metric, e.g. ``goodput_bps``) vs a swept parameter (param, e.g.
-    ``"transport.cc"``), mean and standard deviation over repetitions, a line per
-    combination of the policy columns."""
+    ``"transport.cc"``), mean and Student t 95 % interval over repetitions: grouped bars
+    for a categorical parameter, a line with a band for a numeric one, a bar colour / line
+    per combination of the policy columns; runs not complete are left out and counted."""
     from analysis import plots
 
     for col in (param, metric, *(policy or ())):
         if col not in res.runs:
             raise InputError(f"{col!r} is not a column of the runs table "
                              f"(have {', '.join(map(str, res.runs.columns))})")
-    done = res.runs[res.runs["status"] == "complete"]
-    return plots.sweep_figure(done, param, metric, list(policy) if policy else None)
+    return plots.sweep_figure(res.runs, param, metric, list(policy) if policy else None)
 
 
 # ---------------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ def evaluate(paper: dict[str, Any], out: Path, res: StudyResult) -> None:
         if flows.empty or key not in flows:
             res.missing.append(spec_name)
             continue
-        runs = {str(policy): [_run_numbers(g) for _, g in by_run.groupby("run_id")]
+        runs = {str(policy): [run_numbers(g) for _, g in by_run.groupby("run_id")]
                 for policy, by_run in flows.groupby(key)}
         by = {policy: _mean_of(rs) for policy, rs in runs.items()}
         paper_ooo = _paper_ooo(paper)
@@ -68,7 +68,7 @@ def _paper_ooo(paper: dict[str, Any]) -> float | None:
     return None
 
 
-def _run_numbers(g: pd.DataFrame) -> dict[str, float]:
+def run_numbers(g: pd.DataFrame) -> dict[str, float]:
     """One run's numbers (the top-level flows of one run of one policy)."""
     short = g[g["workload"] == "short"]
     long_ = g[g["workload"] == "long"]

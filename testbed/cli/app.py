@@ -67,6 +67,7 @@ def vm(ctx: typer.Context,
 
 __import__("testbed.cli.run", fromlist=["register"]).register(app)  # testbed run / query
 __import__("testbed.cli.analyze", fromlist=["register"]).register(app)  # analyze / report
+__import__("testbed.cli.grade", fromlist=["register"]).register(app)  # check / grade / verify
 
 
 @app.command()

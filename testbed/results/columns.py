@@ -246,8 +246,10 @@ HEADLINE = (
     Col("throughput_bps_mean", FLT, "bit/s", "mean `throughput_bps` of the top-level flows"),
     Col("fct_s_median", FLT, "s", "median `fct_s` of the top-level flows"),
     Col("retransmissions", INT, "packets", "sum of `retransmissions` over every row of flows"),
-    Col("reorder_ratio_mean", FLT, "fraction", "mean `reorder_ratio` of the top-level flows"),
-    Col("ooo_percent", FLT, "%", "reordered / unique data packets over all top-level flows; "
+    Col("reorder_ratio_mean", FLT, "fraction", "mean `reorder_ratio` (RFC 4737 reordering at "
+        "the receiver, not the paper-style `ooo_ratio`) of the top-level flows"),
+    Col("ooo_percent", FLT, "%", "RFC 4737 reordering, not the paper-style out-of-order "
+        "share (`flows.ooo_ratio`): reordered / unique data packets over all top-level flows; "
         "null when they carried no data segment"),
     Col("long_throughput_bps_mean", FLT, "bit/s", "mean `throughput_bps` of top-level flows "
         "of at least 1 MB"),

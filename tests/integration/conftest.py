@@ -235,6 +235,7 @@ def studies_out() -> Path:
     already in DIR (the layout above, e.g. an earlier CI run's) instead of running them,
     to re-check the documentation or the claims after a change to the analysis."""
     given = os.environ.get("TESTBED_STUDIES_OUT")
+    RECORD.mkdir(parents=True, exist_ok=True)  # the tests' records of what they measured
     if given:
         return Path(given)
     out = RECORD / "runs"

@@ -22,6 +22,10 @@ so no result here comes from a fixture written by hand.  What each documented co
 * ``compare``: on the real folders it names (as for query), with ``--out`` into a
   temporary folder: it must exit 0, write ``compare.html``, and leave every file of its
   inputs as it was (same names, sizes and modification times).
+* ``check`` and ``verify`` (docs/assignments.md): on the real folder their last word names
+  (as for query): the quick studies' bundles are the assignments' reference solutions, so
+  both must exit 0 (every check passes; the stored metrics match the recomputed ones) and
+  leave every file of their input as it was.
 * ``doctor``: run; exit 0 or 1 (natively possible or not) with one line per check.
 * ``vm -- CMD``: the VM itself is not booted again (the kernel-feature tests and the
   studies boot it); the command inside must exist and accept its documented arguments
@@ -208,6 +212,20 @@ class Checker:
         if changed:
             self.fail(cmd, f"changed its inputs: {', '.join(changed)}")
 
+    def on_folder(self, cmd: DocCommand) -> None:
+        """check / verify: the last word is the folder; exit 0, the input unchanged."""
+        where = self.folder(cmd, cmd.argv[-1])
+        if where is None:
+            return
+        before = _files(where)
+        res = self.testbed([*cmd.argv[1:-1], str(where)], timeout=900)
+        self.executed += 1
+        if res.returncode != 0:
+            self.fail(cmd, f"exit {res.returncode}: "
+                      f"{(res.stderr or res.stdout).strip()[-400:]}")
+        if _files(where) != before:
+            self.fail(cmd, f"changed its input {where}")
+
     def doctor(self, cmd: DocCommand) -> None:
         res = self.testbed(list(cmd.argv[1:]), timeout=120)
         self.executed += 1
@@ -239,7 +257,8 @@ class Checker:
                 self.dry_run(cmd)
         for cmd in concrete:
             action = {"query": self.query, "report": self.report, "compare": self.compare,
-                      "doctor": self.doctor, "vm": self.vm}.get(cmd.sub)
+                      "doctor": self.doctor, "vm": self.vm,
+                      "check": self.on_folder, "verify": self.on_folder}.get(cmd.sub)
             if cmd.sub in ("run", "study"):
                 continue
             if action is None:
@@ -310,8 +329,8 @@ def test_p0_readme_queries_on_mptcp_beside_pinned_tcp(studies_out: Path, tmp_pat
     import pandas as pd
 
     name = "experiments/p0_wifi_3g/README.md"
-    per_workload = _readme_query(name, "GROUP BY workload")
-    per_path = _readme_query(name, "path, throughput_bps")
+    per_workload = _readme_query(name, "GROUP BY workload ORDER BY")
+    per_path = _readme_query(name, "GROUP BY workload, path")
     runs = [m.parent for m in (studies_out / "p0_wifi_3g-quick" / "heavy_load")
             .glob("*/metadata.json")]
     flows = {r: pd.read_parquet(r / "metrics" / "flows.parquet") for r in runs}
@@ -336,8 +355,11 @@ def test_p0_readme_queries_on_mptcp_beside_pinned_tcp(studies_out: Path, tmp_pat
         assert got[w] == pytest.approx(v, rel=1e-6), (w, got[w], v)
     paths = _csv_rows(one, per_path.argv[3])
     subflows = f[f["kind"] == "subflow"]
-    assert len(paths) == len(subflows) >= 2
-    assert {r["path"] for r in paths} == {"wifi", "cell"}, paths
+    assert {r["path"] for r in paths} == set(subflows["path"]) == {"wifi", "cell"}, paths
+    for r in paths:
+        on_path = subflows[subflows["path"] == r["path"]]
+        assert int(r["n"]) == len(on_path)
+        assert float(r["mbit_s"]) == pytest.approx(rate(on_path), rel=1e-6), r
     print(f"\nFIGURES P0 heavy-load MPTCP run: per workload {got}; per path "
           f"{[(r['path'], round(float(r['mbit_s']), 2)) for r in paths]}")
 

@@ -8,20 +8,27 @@ happen in one boot of `testbed vm` and the reports are written on this machine a
 study: every run completed, the reports exist, and the study's claims
 (``experiments/<study>/study.py``) hold.  A claim listed in `DOCUMENTED` is one our testbed
 does not show; the test then only records the measured values, and the study README must
-discuss it (checked here too).  Results, reports and the measured values of every claim stay in
-``results/ci-reproduction/`` for the closing notes.
+discuss it (checked here too).  Each study report references only figures that exist and
+are not blank, holds no JSON in a table cell, and loads in headless Chromium with every
+image decoded (where Chromium is installed).  Results, reports and the measured values of
+every claim stay in ``results/ci-reproduction/`` for the closing notes.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import shutil
+import tempfile
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from studyreports import parse, problems
 
 from analysis.evidence import HOLDS
 from analysis.study_report import evaluate
+from testbed.core.commands import CommandRunner
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORD = ROOT / "results" / "ci-reproduction"
@@ -118,3 +125,44 @@ def test_quick_study(study: str, studies_out: Path) -> None:
         if _matches(c.figure, c.text, REQUIRED[study]):
             assert c.verdict == HOLDS, \
                 f"{c.figure}: {c.text}: {c.verdict} {[e.record() for e in c.evidence]}"
+
+
+@pytest.mark.parametrize("study", sorted(REQUIRED))
+def test_quick_study_report_figures(study: str, studies_out: Path) -> None:
+    """The report's figures exist inside the study folder and are drawn; no JSON cells."""
+    report = studies_out / f"{study}-quick" / "report.html"
+    assert parse(report).images, f"{report}: no figures"
+    assert problems(report) == []
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+# appended to a copy of the report: after load, how many images did not decode
+_PROBE = ("<script>window.addEventListener('load', () => {const i = [...document.images];"
+          "document.body.dataset.images = i.length; document.body.dataset.broken = "
+          "i.filter(x => !x.complete || x.naturalWidth === 0).length;});</script>")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed "
+                    "(apt-get install chromium)")
+@pytest.mark.parametrize("study", sorted(REQUIRED))
+def test_quick_study_report_loads_in_chromium(study: str, studies_out: Path,
+                                              tmp_path: Path) -> None:
+    """The report opens in headless Chromium and every image in it decodes."""
+    report = studies_out / f"{study}-quick" / "report.html"
+    base = report.parent.resolve().as_uri() + "/"
+    page = report.read_text(encoding="utf-8").replace(
+        "<head>", f'<head><base href="{base}">', 1).replace("</body>", _PROBE + "</body>", 1)
+    probe = tmp_path / "report.html"  # the study folder is left as the study wrote it
+    probe.write_text(page, encoding="utf-8")
+    with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
+        dom = CommandRunner().run(
+            [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu",
+             "--no-first-run", "--disable-background-networking", "--disable-sync",
+             "--disable-component-update", "--allow-file-access-from-files",
+             f"--user-data-dir={profile}", "--virtual-time-budget=10000", "--dump-dom",
+             probe.resolve().as_uri()], timeout=120).stdout
+    images = re.search(r'data-images="(\d+)"', dom)
+    broken = re.search(r'data-broken="(\d+)"', dom)
+    assert images and broken, "the page did not finish loading in Chromium"
+    assert int(images.group(1)) == len(parse(report).images) > 0
+    assert int(broken.group(1)) == 0, f"{broken.group(1)} images did not decode"

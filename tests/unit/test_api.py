@@ -3,7 +3,6 @@ run/study with a progress callback (the experiment itself faked, as in test_resu
 
 from __future__ import annotations
 
-import gzip
 import json
 import shutil
 from pathlib import Path
@@ -11,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from matplotlib.figure import Figure
+from realruns import MPTCP_RUN, TCP_RUN, analysed_copy
 from test_results import FakeRunner
 
 from testbed import api
@@ -19,24 +19,13 @@ from testbed.results.bundle import BundleFormatError
 from testbed.results.query import VIEWS, run_query
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT / "tests" / "data" / "analysis" / "p0-paths"
-MPTCP_RUN, TCP_RUN = "p0-paths-quick-55986c1eb3-r1", "p0-paths-quick-eddae8e36d-r1"
 
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two real runs of P0's paths spec, analysed here from their captures
     (as tests/unit/analysis/test_real_bundle.py does)."""
-    from analysis.bundle import analyze_bundle
-
-    root = tmp_path_factory.mktemp("p0-paths")
-    shutil.copytree(DATA, root, dirs_exist_ok=True)
-    for gz in root.glob("*/pcap/*.pcap.gz"):
-        gz.with_suffix("").write_bytes(gzip.decompress(gz.read_bytes()))
-        gz.unlink()
-    for run in (MPTCP_RUN, TCP_RUN):
-        analyze_bundle(root / run)
-    return root
+    return analysed_copy(tmp_path_factory.mktemp("p0-paths"))
 
 
 def test_the_tables_are_the_query_views(out: Path) -> None:

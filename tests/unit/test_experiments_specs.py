@@ -76,8 +76,10 @@ def spec_files(study: str | None = None, variant: str | None = None) -> list[Pat
 
 
 def all_spec_files() -> list[Path]:
-    """Every experiment spec under experiments/ (studies and examples; not paper.toml)."""
-    return sorted(p for p in EXPERIMENTS.rglob("*.toml") if p.name != "paper.toml")
+    """Every experiment spec under experiments/ (studies, examples, assignments; not
+    paper.toml or rubric.toml)."""
+    return sorted(p for p in EXPERIMENTS.rglob("*.toml")
+                  if p.name not in ("paper.toml", "rubric.toml"))
 
 
 def rel(path: Path) -> str:

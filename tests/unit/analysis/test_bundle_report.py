@@ -10,7 +10,7 @@ import pytest
 from craft import CLIENT, CLIENT2, SERVER, T0, handshake_and_data, mptcp_connection, seg, write
 from typer.testing import CliRunner
 
-from analysis import bundle, report, report_sections
+from analysis import bundle, report, report_sections, sweep_stats
 from analysis.capture import CaptureAnalysis
 from testbed.cli.app import app
 from testbed.core.errors import CaptureFormatError
@@ -176,8 +176,9 @@ def test_sweep_report_and_paper_values(tmp_path):
     page = report.write_report(d).read_text()
     assert page.count("<svg") == 2  # throughput vs each of the two swept parameters
     assert "Comparison with the paper" in page and "differs" in page
-    xs = sorted(["10Mbit", "2Mbit", "4Mbit"], key=report_sections._order_key)
-    assert xs == ["2Mbit", "4Mbit", "10Mbit"]
+    axis = sweep_stats.param_axis(pd.read_parquet(d / "summary.parquet"),
+                                  "topology.paths.1.bw")
+    assert axis.order == ["2Mbit", "4Mbit", "10Mbit"] and not axis.categorical
 
 
 def test_cli_analyze_and_errors(tmp_path):
@@ -273,14 +274,15 @@ def test_delivered_bytes_ignore_duplicate_and_backward_acks():
     assert all(len(a) == 0 for a in empty)
 
 
-def test_sweep_parameters_leave_out_phase_times_and_name_json_values():
+def test_sweep_parameters_leave_out_phase_times_fidelity_and_name_json_values():
     from analysis import plots
     s = pd.DataFrame({"run_id": ["a", "b"], "status": ["complete"] * 2,
                       "setup_s": [3.1, 4.2], "teardown_s": [1.0, 2.0], "wall_s": [9.0, 8.0],
+                      "fidelity": ["ok", "warn"], "fidelity_rate_ratio_min": [1.0, 0.8],
                       "transport.cc": ["reno", "cubic"], "throughput_bps_mean": [1e6, 2e6],
                       "workload.0": ['{"kind": "bulk", "name": "tcp-wifi"}',
                                      '{"kind": "bulk", "name": "mptcp-cubic"}']})
-    assert report_sections.swept_params(s) == ["transport.cc", "workload.0"]
+    assert sweep_stats.swept_params(s) == ["transport.cc", "workload.0"]
     assert plots.value_label(s["workload.0"][0]) == "tcp-wifi"
     assert plots.value_label('[{"name": "file"}, {"name": "video"}]') == "file+video"
     assert plots.value_label('[{"kind": "bulk"}]') == '[{"kind": "bulk"}]'  # no names

@@ -9,7 +9,6 @@ and a fidelity verdict in its metadata.json, as a finished run has.  Folders: ``
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
 import math
@@ -18,15 +17,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from realruns import MPTCP_RUN, TCP_RUN, analysed_copy
 
 from analysis import compare as C
-from analysis.bundle import analyze_bundle, headline
+from analysis.bundle import headline
 from analysis.compare_report import build, render, table_header, table_rows, write_page
 from analysis.evidence import difference
 from testbed.core.errors import InputError
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "analysis" / "p0-paths"
-MPTCP_RUN, TCP_RUN = "p0-paths-quick-55986c1eb3-r1", "p0-paths-quick-eddae8e36d-r1"
 SCALE = 1.25  # the second repetition's headline numbers, relative to the first
 
 
@@ -55,13 +53,8 @@ def _second(run: Path, into: Path) -> Path:
 @pytest.fixture(scope="module")
 def root(tmp_path_factory) -> Path:
     base = tmp_path_factory.mktemp("compare")
-    src = base / "src"
-    shutil.copytree(DATA, src)
-    for gz in src.glob("*/pcap/*.pcap.gz"):
-        gz.with_suffix("").write_bytes(gzip.decompress(gz.read_bytes()))
-        gz.unlink()
+    src = analysed_copy(base / "src")
     for run in (MPTCP_RUN, TCP_RUN):
-        analyze_bundle(src / run)
         _finish(src / run)
     for name, run in (("tcp", TCP_RUN), ("mptcp", MPTCP_RUN)):
         (base / name).mkdir()

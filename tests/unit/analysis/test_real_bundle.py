@@ -10,41 +10,32 @@ check's warm-up).
 
 from __future__ import annotations
 
-import gzip
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from realruns import MPTCP_RUN, P0_PATHS, TCP_RUN, analysed_copy
 
-from analysis.bundle import analyze_bundle
 from analysis.capture import CaptureAnalysis
 from analysis.rows import path_of_address
 from testbed.results.query import run_query
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "analysis" / "p0-paths"
 README = Path(__file__).resolve().parents[3] / "experiments" / "p0_wifi_3g" / "README.md"
-MPTCP_RUN, TCP_RUN = "p0-paths-quick-55986c1eb3-r1", "p0-paths-quick-eddae8e36d-r1"
 # the queries experiments/p0_wifi_3g/README.md gives (checked to be there verbatim)
-PER_WORKLOAD = ("SELECT workload, avg(throughput_bps)/1e6 AS mbit_s FROM flows "
+PER_WORKLOAD = ("SELECT workload, count(*) AS n, avg(throughput_bps)/1e6 AS mbit_s, "
+                "stddev_samp(throughput_bps)/1e6 AS sd FROM flows "
                 "WHERE kind != 'subflow' GROUP BY workload ORDER BY workload")
-PER_PATH = ("SELECT workload, path, throughput_bps/1e6 AS mbit_s FROM flows "
-            "WHERE kind = 'subflow' ORDER BY workload, path")
+PER_PATH = ("SELECT workload, path, count(*) AS n, avg(throughput_bps)/1e6 AS mbit_s "
+            "FROM flows WHERE kind = 'subflow' GROUP BY workload, path "
+            "ORDER BY workload, path")
 TOLERANCE = 0.02
 
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("p0-paths")
-    shutil.copytree(DATA, root, dirs_exist_ok=True)
-    for gz in root.glob("*/pcap/*.pcap.gz"):
-        gz.with_suffix("").write_bytes(gzip.decompress(gz.read_bytes()))
-        gz.unlink()
-    for run in (MPTCP_RUN, TCP_RUN):
-        analyze_bundle(root / run)
-    return root
+    return analysed_copy(tmp_path_factory.mktemp("p0-paths"))
 
 
 def _table(out: Path, run: str, name: str) -> pd.DataFrame:
@@ -52,7 +43,7 @@ def _table(out: Path, run: str, name: str) -> pd.DataFrame:
 
 
 def _t0(run: str) -> float:
-    return float(json.loads((DATA / run / "metadata.json").read_text())["t0"])
+    return float(json.loads((P0_PATHS / run / "metadata.json").read_text())["t0"])
 
 
 def test_the_captures_hold_packets_before_t0(out):
@@ -129,6 +120,7 @@ def test_one_row_per_workload_and_per_path_queries(out):
     assert PER_WORKLOAD in text and PER_PATH in text
     got = run_query(out, PER_WORKLOAD)
     assert list(got["workload"]) == ["mptcp-cubic", "tcp-wifi"]
+    assert list(got["n"]) == [1, 1]
     conn = _table(out, MPTCP_RUN, "flows").set_index("kind").loc["connection"]
     tcp = _table(out, TCP_RUN, "flows").iloc[0]
     assert list(got["mbit_s"]) == pytest.approx([conn["throughput_bps"] / 1e6,

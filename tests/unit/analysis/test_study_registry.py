@@ -106,3 +106,32 @@ def test_a_study_without_evaluate_is_an_error(tmp_path: Path) -> None:
     _study(tmp_path, "p5_empty", "P5", module="")
     with pytest.raises(InputError, match=r"p5_empty/study\.py: defines no evaluate"):
         StudyRegistry(tmp_path).evaluator("P5")
+
+
+FIGURES_MODULE = '''
+from analysis.study_figures import StudyFigure, axes, no_data
+
+
+def figures(paper, out):
+    fig, (ax,) = axes("demo", "t (s)", "rate")
+    no_data(ax, "nothing to draw")
+    return [StudyFigure("demo-fig", "The demo figure", "says what is missing", fig)]
+'''
+
+
+def test_a_study_figures_module_is_found_and_its_figures_embedded(tmp_path: Path) -> None:
+    root = tmp_path / "studies"
+    folder = _study(root, "p9_demo", "P9")
+    registry = StudyRegistry(root)
+    assert registry.figure_maker("P9") is None  # study.py draws none, no figures.py
+    (folder / "figures.py").write_text(FIGURES_MODULE)
+    out = tmp_path / "out"
+    (out / "demo").mkdir(parents=True)
+    page = write_study_report(folder, out, registry).read_text()
+    assert '<img src="report-figures/demo-fig.png" alt="The demo figure">' in page
+    assert (out / "report-figures" / "demo-fig.png").stat().st_size > 1000
+    # a linked figures.py is not code of the study: never imported
+    (folder / "figures.py").unlink()
+    (folder / "figures.py").symlink_to(tmp_path / "elsewhere.py")
+    (tmp_path / "elsewhere.py").write_text(FIGURES_MODULE)
+    assert StudyRegistry(root).figure_maker("P9") is None

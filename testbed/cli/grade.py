@@ -1,0 +1,129 @@
+"""``testbed check``, ``grade`` and ``verify`` (docs/assignments.md): `register(app)` adds
+them to the typer app."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from testbed.cli.common import guarded, hand_over_on_exit
+
+_ASSIGNMENT = typer.Option("--assignment", "-a", metavar="NAME",
+                           help="An assignment of experiments/assignments, or its folder.")
+
+
+def _taken_in(path: Path, tmp: Path) -> Path:
+    from testbed.grade.intake import Entry, take_in
+
+    return take_in(Entry("bundle", path), tmp / "in")
+
+
+def check_cmd(assignment: str, bundle: Path) -> int:
+    """Print what would pass and fail; exit 0 when every check passes, else 1."""
+    import tempfile
+
+    from testbed.core.errors import InputError
+    from testbed.grade.gradebook import grade_folder
+    from testbed.grade.rubric import load_assignment
+
+    a = load_assignment(assignment)
+    if not Path(bundle).exists():
+        raise InputError(f"{bundle}: no such folder; give the --out DIR of `testbed run` "
+                         "(or a run's bundle)")
+    with tempfile.TemporaryDirectory(prefix="testbed-check-") as tmp:
+        found = _taken_in(bundle, Path(tmp))
+        res = grade_folder(found, Path(tmp) / "runs", a, "you", figures=False)
+    if res.error:
+        raise InputError(f"{bundle}: {res.error}")
+    for r in res.results:
+        mark = "PASS" if r.passed else "FAIL"
+        typer.echo(f"{mark} {r.check.name}: measured {r.measured_text() or 'nothing'}, "
+                   f"expected {r.check.expected_text(reveal=False)}, "
+                   f"{r.points:g}/{r.check.points:g} points: {r.feedback}")
+    if res.verification is not None:
+        typer.echo(f"verification: {res.verification.summary()}")
+    typer.echo(f"total: {res.points:g} of {a.max_points:g} points")
+    return 0 if all(r.passed for r in res.results) else 1
+
+
+def verify_cmd(bundle: Path, assignment: str | None) -> int:
+    """Re-analyse and compare; exit 0 when everything matches, else 1."""
+    import tempfile
+
+    from testbed.core.errors import InputError
+    from testbed.grade.rubric import load_assignment
+    from testbed.grade.verify import rebuild
+
+    a = load_assignment(assignment) if assignment else None
+    if not Path(bundle).exists():
+        raise InputError(f"{bundle}: no such folder; give a run's bundle or a results folder")
+    with tempfile.TemporaryDirectory(prefix="testbed-verify-") as tmp:
+        ver = rebuild(_taken_in(bundle, Path(tmp)), Path(tmp) / "runs", a)
+    for run in ver.runs:
+        lines = run.lines()
+        typer.echo(f"{run.run_id}: ok" if not lines else "\n".join(lines))
+    if not ver.runs:
+        raise InputError(f"{bundle}: no result bundles (no <run-id>/metadata.json) here")
+    return 0 if ver.ok else 1
+
+
+def register(app: typer.Typer) -> None:
+    """Add check, grade and verify to app."""
+
+    @app.command()
+    def check(assignment: Annotated[str, _ASSIGNMENT],
+              bundle: Annotated[Path, typer.Argument(
+                  metavar="DIR", help="Your results folder (--out DIR of testbed run).")]
+              ) -> None:
+        """Run an assignment's checks on your results before handing them in."""
+        raise typer.Exit(guarded(lambda: check_cmd(assignment, bundle)))
+
+    @app.command()
+    def grade(ctx: typer.Context,
+              submissions: Annotated[Path, typer.Argument(
+                  metavar="SUBMISSIONS", help="A folder of per-student folders or archives "
+                  "(zip, tar.gz).")],
+              assignment: Annotated[str, _ASSIGNMENT],
+              out: Annotated[Path, typer.Option("--out", "-o", metavar="DIR",
+                                                help="Where the gradebook and pages go.")],
+              max_mb: Annotated[int, typer.Option(
+                  "--max-mb", metavar="N", help="Refuse a submission larger than N MB "
+                  "once extracted.")] = 1024,
+              max_files: Annotated[int, typer.Option(
+                  "--max-files", metavar="N", help="Refuse a submission of more than N "
+                  "files.")] = 5000,
+              jobs: Annotated[int, typer.Option(
+                  "--jobs", "-j", metavar="N", min=0,
+                  help="Students graded at once (default: the number of CPUs).")] = 0
+              ) -> None:
+        """Grade a class: gradebook.csv, totals.csv, a feedback page per student, index.html."""
+        from testbed.grade.gradebook import grade_class
+        from testbed.grade.intake import Limits
+        from testbed.grade.rubric import load_assignment
+
+        hand_over_on_exit(ctx, out)
+
+        def go() -> int:
+            students = grade_class(submissions, load_assignment(assignment), out,
+                                   Limits(max_bytes=max_mb << 20, max_files=max_files),
+                                   jobs=jobs or os.cpu_count() or 1)
+            for s in students:
+                typer.echo(f"{s.student}: {s.points:g} points, {s.verified}"
+                           + (f": {s.error}" if s.error else ""))
+            typer.echo(f"{len(students)} students graded into {out / 'gradebook.csv'}")
+            return 0
+
+        raise typer.Exit(guarded(go))
+
+    @app.command()
+    def verify(bundle: Annotated[Path, typer.Argument(
+                   metavar="BUNDLE", help="A run's bundle or a results folder.")],
+               assignment: Annotated[str | None, typer.Option(
+                   "--assignment", "-a", metavar="NAME",
+                   help="Also check the specs against this assignment's fixed parts.")]
+               = None) -> None:
+        """Recompute the metrics from the captures and compare them with the stored ones."""
+        raise typer.Exit(guarded(lambda: verify_cmd(bundle, assignment)))

@@ -1,0 +1,141 @@
+"""Acceptance (issue 20): a class of submissions made from two real P0 runs
+(tests/realruns.py: MPTCP over WiFi + 3G, TCP pinned to the WiFi) graded against the
+p0_mptcp_gain assignment: the gradebook holds exactly the expected points and error rows,
+the pages are written, and the submissions folder is left as it was."""
+
+from __future__ import annotations
+
+import csv
+import io
+import shutil
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from realruns import MPTCP_RUN, TCP_RUN, analysed_copy
+
+from testbed.grade.gradebook import grade_class
+from testbed.grade.rubric import load_assignment
+
+FULL = 8.0
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The two runs analysed, their headline stored in metadata.json as a run's end does
+    (the kept fixtures' metadata is trimmed to what the analysis reads)."""
+    from analysis.bundle import analyze_bundle
+    from testbed.results.bundle import Bundle
+    from testbed.results.summary import take_analysis
+
+    out = analysed_copy(tmp_path_factory.mktemp("runs"))
+    for name in (MPTCP_RUN, TCP_RUN):
+        bundle = Bundle(out / name)
+        meta, _why = bundle.load_metadata()
+        assert meta is not None
+        take_analysis(meta, analyze_bundle(bundle.root))
+        meta["files"] = bundle.manifest()
+        bundle.write_metadata(meta)
+    return out
+
+
+def _folder(dest: Path, runs: Path, *names: str) -> Path:
+    dest.mkdir(parents=True)
+    for n in names:
+        shutil.copytree(runs / n, dest / "results" / n)
+    return dest
+
+
+def _tree(folder: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def graded(runs: Path, tmp_path_factory: pytest.TempPathFactory
+           ) -> tuple[Path, dict[str, list[dict[str, str]]], dict, dict]:
+    work = tmp_path_factory.mktemp("class")
+    subs = work / "submissions"
+    subs.mkdir()
+    both = (MPTCP_RUN, TCP_RUN)
+    _folder(subs / "ada", runs, *both)                        # the reference solution
+    _folder(subs / "bob", runs, TCP_RUN)                      # wrong: TCP only
+    _folder(subs / "cyd", runs, MPTCP_RUN)                    # a missing run
+    dan = _folder(subs / "dan", runs, *both)                  # tampered stored metrics
+    flows_path = dan / "results" / MPTCP_RUN / "metrics" / "flows.parquet"
+    flows = pd.read_parquet(flows_path)
+    flows["throughput_bps"] = flows["throughput_bps"] * 3
+    flows.to_parquet(flows_path, index=False)
+    eve = _folder(work / "eve", runs, *both)                  # a zip-slip archive
+    with zipfile.ZipFile(subs / "eve.zip", "w") as zf:
+        for p in sorted(eve.rglob("*")):
+            if p.is_file():
+                zf.write(p, p.relative_to(eve).as_posix())
+        zf.writestr("../escaped.txt", "outside")
+    fay = _folder(work / "fay", runs, *both)                  # a truncated capture, tar.gz
+    pcap = fay / "results" / MPTCP_RUN / "pcap" / "server-server-eth0.pcap"
+    pcap.write_bytes(pcap.read_bytes()[: pcap.stat().st_size // 2 + 7])
+    with tarfile.open(subs / "fay.tar.gz", "w:gz") as tf:
+        tf.add(fay / "results", arcname="results")
+    (subs / "gus.zip").write_bytes(b"PK\x03\x04 this is not a zip archive")
+    before = _tree(subs)
+    out = work / "out"
+    students = grade_class(subs, load_assignment("p0_mptcp_gain"), out)
+    assert _tree(subs) == before, "grading changed the submissions folder"
+    assert not (work / "escaped.txt").exists() and not (subs / "escaped.txt").exists()
+    rows: dict[str, list[dict[str, str]]] = {}
+    for r in csv.DictReader(io.StringIO((out / "gradebook.csv").read_text())):
+        rows.setdefault(r["student"], []).append(r)
+    return out, rows, {s.student: s for s in students}, before
+
+
+def _points(rows: list[dict[str, str]]) -> dict[str, str]:
+    return {r["check"]: r["points"] for r in rows}
+
+
+def test_gradebook_points_and_error_rows(graded: tuple) -> None:
+    _out, rows, _students, _ = graded
+    assert sorted(rows) == ["ada", "bob", "cyd", "dan", "eve", "fay", "gus"]
+    totals = {s: float(_points(r)["total"]) for s, r in rows.items()}
+    assert totals == {"ada": FULL, "bob": 1.0, "cyd": 4.0, "dan": FULL, "eve": 0.0,
+                      "fay": 0.0, "gus": 0.0}
+    assert _points(rows["bob"]) == {"tcp-wifi-run": "1", "mptcp-run": "0",
+                                    "both-paths-used": "0", "mptcp-goodput": "0",
+                                    "gain-over-tcp": "0", "verification": "", "total": "1"}
+    assert _points(rows["cyd"])["gain-over-tcp"] == "0"
+    errors = {s: [r["feedback"] for r in rs if r["check"] == "error"] for s, rs in rows.items()}
+    assert {s for s, e in errors.items() if e} == {"eve", "fay", "gus"}
+    assert "../escaped.txt" in errors["eve"][0] and "refused" in errors["eve"][0]
+    assert "server-server-eth0.pcap" in errors["fay"][0] or "captures" in errors["fay"][0]
+    assert "not a readable zip" in errors["gus"][0]
+    for s in ("eve", "fay", "gus"):  # an error row and a total, no check rows
+        assert [r["check"] for r in rows[s] if r["check"] not in ("verification",)] == \
+            ["error", "total"]
+
+
+def test_tampered_metrics_are_flagged_and_graded_on_the_captures(graded: tuple) -> None:
+    _out, rows, students, _ = graded
+    ver = {s: next(r["feedback"] for r in rs if r["check"] == "verification")
+           for s, rs in rows.items() if any(r["check"] == "verification" for r in rs)}
+    assert ver["ada"].startswith("ok")
+    assert "stored metrics differ" in ver["dan"] and "flows" in ver["dan"]
+    assert students["dan"].verified == "flagged" and students["ada"].verified == "ok"
+    good = {r["check"]: r["measured"] for r in rows["ada"]}
+    assert {r["check"]: r["measured"] for r in rows["dan"]} == good
+
+
+def test_pages_written_hidden_checks_not_shown(graded: tuple) -> None:
+    out, _rows, _students, _ = graded
+    for s in ("ada", "bob", "cyd", "dan", "eve", "fay", "gus"):
+        page = (out / f"{s}.html").read_text()
+        assert "Score:" in page
+    ada = (out / "ada.html").read_text()
+    assert ada.count("<img") == 3  # two runs' throughput and the checks figure
+    assert "[1.5, 2.2]" not in ada and "hidden" in ada
+    index = (out / "index.html").read_text()
+    assert index.count("<img") == 2 and "ada.html" in index
+    totals = list(csv.DictReader(io.StringIO((out / "totals.csv").read_text())))
+    assert [(t["student"], t["verified"]) for t in totals][:2] == [("ada", "ok"),
+                                                                     ("bob", "ok")]

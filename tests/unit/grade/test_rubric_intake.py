@@ -1,0 +1,139 @@
+"""The rubric format (one clear line per problem, exit 2) and the safe intake of archives
+and folders (links, devices, `..`, absolute names, size and file-count limits)."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from testbed.grade.intake import Entry, IntakeError, Limits, take_in
+from testbed.grade.rubric import ASSIGNMENTS, AssignmentError, load_assignment
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.mark.parametrize("name", ["p0_mptcp_gain", "p1_spray", "p2_cc"])
+def test_shipped_assignments_load(name: str) -> None:
+    a = load_assignment(name)
+    assert a.max_points > 0 and a.specs and (ASSIGNMENTS / name / "questions.md").is_file()
+
+
+def _assignment(tmp_path: Path, rubric: str) -> Path:
+    folder = tmp_path / "hw"
+    folder.mkdir()
+    shutil.copy(ASSIGNMENTS / "p0_mptcp_gain" / "paths.toml", folder)
+    (folder / "questions.md").write_text("# hw\n")
+    (folder / "rubric.toml").write_text(rubric)
+    return folder
+
+
+GOOD_CHECK = """
+[[check]]
+name = "n"
+sql = "SELECT 1"
+expected = 1
+points = 1
+pass = "yes"
+fail = "no"
+"""
+
+
+def test_rubric_problems_one_line_each(tmp_path: Path) -> None:
+    folder = _assignment(tmp_path, 'title = "t"\n[[spec]]\nfile = "paths.toml"\n'
+                         '[[check]]\nname = "a b"\nsql = "SELECT 1"\npoints = -1\n'
+                         'pass = "p"\nfail = "f"\nexpectd = 3\n')
+    with pytest.raises(AssignmentError) as exc:
+        load_assignment(str(folder))
+    lines = str(exc.value).splitlines()
+    assert all(line.startswith(str(folder / "rubric.toml")) for line in lines)
+    text = "\n".join(lines)
+    assert "check[0].name" in text and "check[0].points" in text and "expectd" in text
+
+
+def test_rubric_needs_expected_or_range_and_known_fixed_keys(tmp_path: Path) -> None:
+    folder = _assignment(tmp_path, 'title = "t"\n[[spec]]\nfile = "paths.toml"\n'
+                         + GOOD_CHECK.replace("expected = 1\n", ""))
+    with pytest.raises(AssignmentError, match="either expected"):
+        load_assignment(str(folder))
+    (folder / "rubric.toml").write_text('title = "t"\n[[spec]]\nfile = "paths.toml"\n'
+                                        'fixed = ["topology.pathz"]\n' + GOOD_CHECK)
+    with pytest.raises(AssignmentError, match=r"topology\.pathz"):
+        load_assignment(str(folder))
+
+
+def test_cli_bad_rubric_exit_2(tmp_path: Path) -> None:
+    folder = _assignment(tmp_path, 'title = "t"\n')
+    res = subprocess.run([sys.executable, "-m", "testbed.cli", "check", "--assignment",
+                          str(folder), str(tmp_path)], capture_output=True, text=True,
+                         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.startswith("error: ") and "Traceback" not in res.stderr
+
+
+def _zip(path: Path, members: dict[str, bytes], link: str | None = None) -> Path:
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+        if link:
+            info = zipfile.ZipInfo(link)
+            info.external_attr = (0o120777 << 16)
+            zf.writestr(info, "/etc/passwd")
+    return path
+
+
+@pytest.mark.parametrize("members,link,why", [
+    ({"/abs.txt": b"x"}, None, "absolute"),
+    ({"a/../../up.txt": b"x"}, None, "'..'"),
+    ({"ok.txt": b"x"}, "lnk", "symbolic link"),
+])
+def test_zip_refusals(tmp_path: Path, members: dict, link: str | None, why: str) -> None:
+    z = _zip(tmp_path / "s.zip", members, link)
+    with pytest.raises(IntakeError, match=why):
+        take_in(Entry("s", z), tmp_path / "out")
+    assert not (tmp_path / "up.txt").exists()
+
+
+def _tar(path: Path, kind: bytes, name: str = "x") -> Path:
+    with tarfile.open(path, "w:gz") as tf:
+        info = tarfile.TarInfo(name)
+        info.type = kind
+        info.linkname = "/etc/passwd"
+        tf.addfile(info, io.BytesIO(b""))
+    return path
+
+
+@pytest.mark.parametrize("kind,why", [(tarfile.SYMTYPE, "symbolic link"),
+                                      (tarfile.LNKTYPE, "hard link"),
+                                      (tarfile.CHRTYPE, "device"),
+                                      (tarfile.FIFOTYPE, "FIFO")])
+def test_tar_refusals(tmp_path: Path, kind: bytes, why: str) -> None:
+    with pytest.raises(IntakeError, match=why):
+        take_in(Entry("s", _tar(tmp_path / "s.tar.gz", kind)), tmp_path / "out")
+
+
+def test_limits_count_what_is_written(tmp_path: Path) -> None:
+    z = _zip(tmp_path / "big.zip", {"a.bin": b"\0" * 5000, "b.bin": b"\0" * 10})
+    with pytest.raises(IntakeError, match="more than 4096 bytes"):
+        take_in(Entry("s", z), tmp_path / "o1", Limits(max_bytes=4096))
+    with pytest.raises(IntakeError, match="more than 1 files"):
+        take_in(Entry("s", z), tmp_path / "o2", Limits(max_files=1))
+
+
+def test_folder_with_a_link_is_refused(tmp_path: Path) -> None:
+    src = tmp_path / "alice"
+    (src / "run").mkdir(parents=True)
+    (src / "run" / "spec.toml").write_text("x")
+    (src / "run" / "secret").symlink_to("/etc/passwd")
+    with pytest.raises(IntakeError, match="symbolic link"):
+        take_in(Entry("alice", src), tmp_path / "out")
+    (src / "run" / "secret").unlink()
+    got = take_in(Entry("alice", src), tmp_path / "out")
+    assert (got / "run" / "spec.toml").read_text() == "x"
