@@ -128,7 +128,9 @@ def restore_commands(base: HostState, now: HostState) -> list[list[str]]:
     for rule in now.rules:
         m = _RULE.match(rule)
         if rule not in base.rules and m:
-            cmds.append(["ip", "rule", "del", "pref", m.group(1)])
+            # by its whole selector: rules may share a priority (an MPTCP alias address's
+            # rule has its interface's), and ``del pref N`` alone takes the first of them
+            cmds.append(["ip", "rule", "del", "pref", m.group(1), *rule[m.end():].split()])
     for route in now.routes:
         if route not in base.routes:
             cmds.append(["ip", "route", "del", *route.split()])

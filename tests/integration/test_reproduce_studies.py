@@ -166,3 +166,69 @@ def test_quick_study_report_loads_in_chromium(study: str, studies_out: Path,
     assert images and broken, "the page did not finish loading in Chromium"
     assert int(images.group(1)) == len(parse(report).images) > 0
     assert int(broken.group(1)) == 0, f"{broken.group(1)} images did not decode"
+
+
+def test_p0_runs_share_networks_and_each_finds_it_as_configured(studies_out: Path) -> None:
+    """Network reuse on a real study (`testbed.run.reuse`): P0's heavy-load, outage and
+    paths specs (MPTCP and TCP runs, cubic and reno, a schedule that takes the WiFi down)
+    run on the one network their first run built, and the subflows spec (alias addresses,
+    each with a policy rule sharing its interface's priority) on one of its own.  Every
+    run leaves its hosts as the network found them, so the network is kept for the next;
+    each run starts with every link up at its configured shape and, for MPTCP, its path
+    manager configured again."""
+    metas = sorted((json.loads(p.read_text()) for p in
+                    (studies_out / "p0_wifi_3g-quick").glob("*/*/metadata.json")),
+                   key=lambda m: m["t_started"])
+    spec_of = {m["run_id"]: m["run_id"].split("-quick-")[0] for m in metas}
+    assert {m["network_cleanup"].get("kept_for_next_run") for m in metas} == {True}, \
+        [(m["run_id"], m["network_cleanup"]) for m in metas
+         if not m["network_cleanup"].get("kept_for_next_run")]
+    built = {}
+    for m in metas:
+        built.setdefault(spec_of[m["run_id"]], set()).add(m["network"]["built_by"])
+    assert built["p0-subflows"] and len(built["p0-subflows"]) == 1, built
+    shared = built["p0-heavy"] | built["p0-outage"] | built["p0-paths"]
+    assert len(shared) == 1 and shared != built["p0-subflows"], built
+    builders = shared | built["p0-subflows"]  # the run that built each network
+    assert [m["network"]["reused"] for m in metas] == \
+        [m["run_id"] not in builders for m in metas]
+    first = {}
+    for m in metas:
+        links = {k: (v["shape"], v["up"]) for k, v in m["links"].items()}
+        first.setdefault(m["network"]["built_by"], links)
+        assert links == first[m["network"]["built_by"]], (m["run_id"], links)
+        assert all(up for _shape, up in links.values()), m["run_id"]
+        client = m["transport"]["client"]
+        if client["protocol"] == "mptcp":
+            assert client["endpoints"] and client["limits"], (m["run_id"], client)
+    assert {m["transport"]["client"]["protocol"] for m in metas} == {"mptcp", "tcp"}
+    outage = [i for i, m in enumerate(metas) if spec_of[m["run_id"]] == "p0-outage"]
+    assert outage and outage[-1] + 1 < len(metas)  # a run followed the schedule's outage
+    print(f"\nFIGURES P0 reuse: {len(metas)} runs on {len(builders)} "
+          f"networks; set-up s {[m['timing']['set-up'] for m in metas]}")
+
+
+def test_p1_runs_share_one_fat_tree_each_with_its_own_controller(studies_out: Path) -> None:
+    """P1's five runs (random and static mixes; single path, ECMP and spraying) run on
+    the fat tree the first one built: each says so in its metadata, finishes its flows,
+    starts its own controller and flushes the hosts' TCP metrics cache, leaves the network
+    fit for the next run, and the study's end stopped it without an error."""
+    out = studies_out / "p1_fattree_spray-quick"
+    runs = sorted(((json.loads(p.read_text()), p.parent) for p in
+                   out.glob("*/*/metadata.json")), key=lambda x: x[0]["t_started"])
+    metas = [m for m, _d in runs]
+    assert len(metas) == 5 and {m["status"] for m in metas} == {"complete"}
+    assert [m["network"]["reused"] for m in metas] == [False] + [True] * 4
+    assert {m["network"]["built_by"] for m in metas} == {metas[0]["run_id"]}
+    assert all(m["network_cleanup"] == {"kept_for_next_run": True} for m in metas)
+    assert len({m["controller"]["kind"] for m in metas}) == 3, [m["controller"] for m in metas]
+    for i, (m, run) in enumerate(runs):
+        assert m["flows"]["count"] > 0 and m["flows"]["failed"] == 0, m["flows"]
+        transcript = (run / "transcript.jsonl").read_text()
+        assert "controllers" in transcript, m["run_id"]  # its own controller started
+        if i:
+            assert "tcp_metrics" in transcript, m["run_id"]
+    teardown = json.loads((out / "_network-teardown.json").read_text())
+    assert "errors" not in teardown, teardown
+    assert not (out / "_kept-network.json").exists()
+    print(f"\nFIGURES P1 reuse set-up s: {[m['timing']['set-up'] for m in metas]}")

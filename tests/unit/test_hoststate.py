@@ -75,11 +75,22 @@ def test_what_an_mptcp_run_left_is_undone():
          "net.ipv4.tcp_rmem=4096 131072 6291456"],
         ["ip", "mptcp", "endpoint", "flush"],
         ["ip", "mptcp", "limits", "set", "add_addr_accepted", "0", "subflows", "2"],
-        ["ip", "rule", "del", "pref", "102"],
+        ["ip", "rule", "del", "pref", "102", "from", "10.0.2.1", "lookup", "102"],
         ["ip", "route", "del", "10.0.2.0/24", "dev", "client-eth1", "table", "102",
          "scope", "link"]]
     diff = differences(base, now)
     assert len(diff) == 6 and any("MPTCP endpoints" in d for d in diff)
+
+
+def test_a_rule_sharing_its_priority_with_a_baseline_rule_is_deleted_by_selector():
+    # P0's subflows spec: an alias address's rule has its interface's priority (101)
+    base = parse_state(TEXT)
+    now = parse_state(TEXT.replace("101:\tfrom 10.0.1.1 lookup 101\n",
+                                   "101:\tfrom 10.0.1.1 lookup 101\n"
+                                   "101:\tfrom 10.0.1.52 lookup 101\n"))
+    assert len(now.rules) == len(base.rules) + 1
+    assert restore_commands(base, now) == [
+        ["ip", "rule", "del", "pref", "101", "from", "10.0.1.52", "lookup", "101"]]
 
 
 def test_what_a_run_removed_is_reported_not_recreated():
