@@ -4,7 +4,8 @@
 a ``metadata.json``, at any depth up to `MAX_DEPTH`) into ``workspace/<run-id>/`` without
 its ``metrics/``, runs the analysis (`analysis.bundle.analyze_bundle`) on the copy, stores
 the recomputed headline in the copy's metadata.json, and compares the stored metrics
-tables and headline with the recomputed ones.  The workspace is what grading queries: the
+tables and headline with the recomputed ones, and checks every file against the run's
+``manifest.sha256`` (`Bundle.check_sha256_manifest`).  The workspace is what grading queries: the
 stored metrics are never trusted.  With an assignment, each run's spec.toml is compared
 with the assignment's spec of the same ``name`` on the keys the rubric fixes.
 """
@@ -43,12 +44,21 @@ class RunCheck:
     run_id: str
     differs: list[str] = field(default_factory=list)  # stored tables unlike the recomputed
     spec_problems: list[str] = field(default_factory=list)
+    manifest: list[str] = field(default_factory=list)  # what manifest.sha256 does not match
+
+    @property
+    def flagged(self) -> bool:
+        return bool(self.differs or self.spec_problems or self.manifest)
 
     def lines(self) -> list[str]:
         out = []
         if self.differs:
             out.append(f"{self.run_id}: stored metrics differ from the captures' "
                        f"({', '.join(self.differs)}); graded on the recomputed ones")
+        if self.manifest:
+            more = f" and {len(self.manifest) - 3} more" if len(self.manifest) > 3 else ""
+            out.append(f"{self.run_id}: files unlike the run's sha256 manifest "
+                       f"({'; '.join(self.manifest[:3])}{more})")
         out += [f"{self.run_id}: {p}" for p in self.spec_problems]
         return out
 
@@ -62,15 +72,16 @@ class Verification:
 
     @property
     def ok(self) -> bool:
-        return bool(self.runs) and not any(r.differs or r.spec_problems for r in self.runs)
+        return bool(self.runs) and not any(r.flagged for r in self.runs)
 
     def summary(self) -> str:
         """One line for the gradebook."""
         if not self.runs:
             return "no result bundles found"
         if self.ok:
-            return (f"ok: {len(self.runs)} run(s); stored metrics match the captures"
-                    " and the specs keep the assignment's fixed parts")
+            return (f"ok: {len(self.runs)} run(s); stored metrics match the captures, "
+                    "every file its run's sha256 manifest, and the specs keep the "
+                    "assignment's fixed parts")
         return "; ".join(line for r in self.runs for line in r.lines())
 
 
@@ -151,8 +162,8 @@ def rebuild_one(src: Path, dest: Path) -> RunCheck:
     """Copy one bundle to dest, re-analyse it there, compare with src's stored metrics."""
     from analysis.bundle import analyze_bundle
 
+    check = RunCheck(dest.name, manifest=Bundle(src).check_sha256_manifest())
     _copy_bundle(src, dest)
-    check = RunCheck(dest.name)
     try:
         head = analyze_bundle(dest)
     except (InputError, OSError, ValueError) as exc:

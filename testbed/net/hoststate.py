@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from testbed.core.batch import batch_text
 from testbed.core.commands import CommandRunner, in_parallel
 from testbed.core.errors import RunError
 from testbed.core.transcript import Namespaced
@@ -161,10 +162,23 @@ def read_state(runner: CommandRunner, host: Namespaced, keys: list[str]) -> Host
 def restore(runner: CommandRunner, host: Namespaced, base: HostState,
             keys: list[str]) -> list[str]:
     """Put a host back to base; return what still differs afterwards (empty: restored).
-    Every command goes into the transcript; a refused one is reported, not raised."""
+    Every command goes into the transcript; a refused one is reported, not raised.
+
+    At most four processes per host (each start costs about 0.3 s under software
+    emulation): the state, the sysctls, every ``ip`` command in one ``ip -force -batch``
+    (it goes on past a refused line), and the state again -- only the first when nothing
+    changed."""
     now = read_state(runner, host, keys)
-    for argv in restore_commands(base, now):
-        runner.run(argv, host=host, check=False)
+    cmds = restore_commands(base, now)
+    if not cmds:
+        return differences(base, now)
+    for argv in cmds:
+        if argv[0] != "ip":
+            runner.run(argv, host=host, check=False)
+    ip = [argv for argv in cmds if argv[0] == "ip"]
+    if ip:
+        runner.run(["ip", "-force", "-batch", "-"], host=host, check=False,
+                   input=batch_text(ip))
     return differences(base, read_state(runner, host, keys))
 
 

@@ -62,10 +62,15 @@ ALWAYS_REQUIRED = (*RUN_REQUIRED, *(f"metrics/{t}.parquet" for t in METRIC_TABLE
 DEFERRED = "deferred"
 ATTEMPTS = "_attempts"
 LOCK = ".testbed-run.lock"
+SHA256_MANIFEST = "manifest.sha256"  # what the run recorded, by sha256 (`write_sha256_manifest`)
+NOT_RECORDED_DIRS = ("metrics", "figures", ATTEMPTS)  # written again by analysis / reports
+NOT_RECORDED_FILES = {"metadata.json", SHA256_MANIFEST, "report.html", LOCK}
+MANIFEST_MAX_BYTES = 16 << 20
+_MANIFEST_LINE = re.compile(r"([0-9a-fA-F]{64}) [ *](\S(?:.*\S)?)")
 # metadata.json's format_version (docs/bundle.md "Format version"): the major number goes
 # up when an older reader would misread the bundle (a file, key or column removed, renamed
 # or changed in meaning or unit); the minor one when something is only added
-FORMAT_VERSION = "1.0"
+FORMAT_VERSION = "1.1"  # 1.1: manifest.sha256
 ASSUMED_VERSION = (1, 0)  # a bundle written before format_version existed
 _MAJOR = int(FORMAT_VERSION.split(".")[0])
 
@@ -193,6 +198,64 @@ class Bundle:
         atomic_write_json(self.metadata_path, {
             "format_version": FORMAT_VERSION,
             **{k: v for k, v in meta.items() if k != "format_version"}})
+
+    def recorded_files(self) -> list[str]:
+        """What the run recorded (relative paths, sorted): every regular file but
+        metadata.json, the sha256 manifest, and what analysis and reports write again
+        (``metrics/``, ``figures/``, ``report.html``); links are neither listed nor
+        followed."""
+        out: list[str] = []
+        for here, dirs, files in os.walk(self.root):
+            rel = Path(here).relative_to(self.root)
+            if rel == Path("."):
+                dirs[:] = [d for d in dirs if d not in NOT_RECORDED_DIRS]
+            dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(here, d)))
+            for name in files:
+                r = (rel / name).as_posix()
+                if r in NOT_RECORDED_FILES or name.endswith(".tmp"):
+                    continue
+                if stat.S_ISREG(os.lstat(os.path.join(here, name)).st_mode):
+                    out.append(r)
+        return sorted(out)
+
+    def write_sha256_manifest(self) -> int:
+        """Write ``manifest.sha256`` (`SHA256_MANIFEST`): one ``<sha256>  <path>`` line per
+        recorded file, as ``sha256sum`` prints and checks them (``cd BUNDLE && sha256sum
+        -c manifest.sha256``); return how many files it lists.  A run writes it when it
+        ends, so a capture or sample changed afterwards shows (`check_sha256_manifest`).
+        It is a consistency check, not a signature: whoever changes a file can write
+        the manifest again."""
+        files = self.recorded_files()
+        safefiles.atomic_write_text(self.root / SHA256_MANIFEST, "".join(
+            f"{_sha256(self.root / r)}  {r}\n" for r in files))
+        return len(files)
+
+    def check_sha256_manifest(self) -> list[str]:
+        """What does not match the bundle's ``manifest.sha256``: a listed file changed or
+        missing, a recorded file it does not list, a line that is not ``<sha256>  <path>``
+        inside the bundle; ["no manifest.sha256"] for a bundle without one (written by
+        runs since format_version 1.1).  Nothing is followed outside the bundle."""
+        path = safefiles.file_in(self.root, SHA256_MANIFEST)
+        if path is None:
+            return [f"no {SHA256_MANIFEST}"]
+        problems: list[str] = []
+        listed: set[str] = set()
+        text = safefiles.read_bytes(path, MANIFEST_MAX_BYTES).decode("utf-8", "replace")
+        for n, line in enumerate(text.splitlines(), 1):
+            m = _MANIFEST_LINE.fullmatch(line)
+            if m is None:
+                problems.append(f"{SHA256_MANIFEST} line {n} is not '<sha256>  <path>'")
+                continue
+            digest, rel = m.group(1).lower(), m.group(2)
+            listed.add(rel)
+            why = safefiles.check(self.root, self.root / rel)
+            if why is not None:
+                problems.append(f"{rel}: {why}")
+            elif _sha256(self.root / rel) != digest:
+                problems.append(f"{rel}: changed since the run recorded it")
+        problems += [f"{r}: not in {SHA256_MANIFEST}" for r in self.recorded_files()
+                     if r not in listed]
+        return problems
 
     def manifest(self) -> dict[str, int]:
         """Every file in the bundle (relative path -> size), metadata.json excepted."""
@@ -336,3 +399,17 @@ def _has_metadata(out: Path, name: str) -> bool:
     is then ``unreadable``)."""
     why = safefiles.check(out, out / name / "metadata.json")
     return why is None or why.startswith("unreadable")
+
+
+def _sha256(path: Path) -> str:
+    """Hex sha256 of a regular file, read without following a link."""
+    import hashlib
+
+    h = hashlib.sha256()
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise safefiles.UnsafeFileError(f"{path}: not a regular file")
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

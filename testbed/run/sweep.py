@@ -28,6 +28,7 @@ from testbed.results.bundle import (
     FAILED,
     INTERRUPTED,
     RUNNING,
+    SHA256_MANIFEST,
     Bundle,
     bundles,
     locked,
@@ -200,6 +201,11 @@ def _finish(bundle: Bundle, meta: dict[str, Any], status: str, error: str | None
             atomic_write_text(bundle.logs_dir / "error.log", tb)
     meta.update(status=status, error=error, ended=now_iso(t_end), t_ended=t_end,
                 wall_s=round(t_end - t_start, 3))
+    try:  # what the run recorded, by sha256 (`testbed verify`, ``sha256sum -c``)
+        meta["sha256_manifest"] = {"file": SHA256_MANIFEST,
+                                   "files": bundle.write_sha256_manifest()}
+    except OSError as exc:  # never at the cost of the metadata below
+        meta["sha256_manifest"] = {"error": str(exc)}
     meta["files"] = bundle.manifest()
     bundle.write_metadata(meta)
 

@@ -128,3 +128,36 @@ def test_a_link_a_schedule_left_down_is_not_a_route_difference():
                        .replace("src 10.0.1.1\n", "src 10.0.1.1 linkdown\n"))
     assert down.routes == base.routes
     assert restore_commands(base, down) == [] and differences(base, down) == []
+
+
+class _Host:
+    """A host whose state is TEXT plus whatever the run added (a rule), until the batch
+    of ``ip`` commands takes it away; records every process started."""
+
+    name = "client"
+
+    def __init__(self, extra: str) -> None:
+        self.extra, self.calls = extra, []
+
+    def run(self, argv, *, host=None, check=True, input=None, record=True, **_kw):
+        from testbed.core.commands import Result
+
+        self.calls.append((list(argv), input))
+        if argv[:3] == ["ip", "-force", "-batch"]:
+            self.extra = ""
+        text = TEXT.replace("32766:", self.extra + "32766:")
+        return Result(list(argv), 0, text if argv[0] == "sh" else "", "", 0.0)
+
+
+def test_restore_runs_every_ip_command_in_one_batch_and_reads_once_when_clean():
+    from testbed.net.hoststate import restore
+
+    base = parse_state(TEXT)
+    host = _Host("102:\tfrom 10.0.2.1 lookup 102\n103:\tfrom 10.0.3.1 lookup 103\n")
+    assert restore(host, host, base, []) == []
+    assert [argv[0] for argv, _i in host.calls] == ["sh", "ip", "sh"]
+    assert host.calls[1][1] == ("rule del pref 102 from 10.0.2.1 lookup 102\n"
+                                "rule del pref 103 from 10.0.3.1 lookup 103\n")
+    clean = _Host("")
+    assert restore(clean, clean, base, []) == []
+    assert [argv[0] for argv, _i in clean.calls] == ["sh"]  # nothing to put back

@@ -36,6 +36,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
         meta, _why = bundle.load_metadata()
         assert meta is not None
         take_analysis(meta, analyze_bundle(bundle.root))
+        bundle.write_sha256_manifest()  # as every run's end writes it
         meta["files"] = bundle.manifest()
         bundle.write_metadata(meta)
     return out
@@ -80,6 +81,9 @@ def graded(runs: Path, tmp_path_factory: pytest.TempPathFactory
     with tarfile.open(subs / "fay.tar.gz", "w:gz") as tf:
         tf.add(fay / "results", arcname="results")
     (subs / "gus.zip").write_bytes(b"PK\x03\x04 this is not a zip archive")
+    hal = _folder(subs / "hal", runs, *both)                  # a spec edited after the run
+    spec = hal / "results" / TCP_RUN / "spec.toml"
+    spec.write_text(spec.read_text() + "# edited after the run\n")
     before = _tree(subs)
     out = work / "out"
     students = grade_class(subs, load_assignment("p0_mptcp_gain"), out)
@@ -97,10 +101,10 @@ def _points(rows: list[dict[str, str]]) -> dict[str, str]:
 
 def test_gradebook_points_and_error_rows(graded: tuple) -> None:
     _out, rows, _students, _ = graded
-    assert sorted(rows) == ["ada", "bob", "cyd", "dan", "eve", "fay", "gus"]
+    assert sorted(rows) == ["ada", "bob", "cyd", "dan", "eve", "fay", "gus", "hal"]
     totals = {s: float(_points(r)["total"]) for s, r in rows.items()}
     assert totals == {"ada": FULL, "bob": 1.0, "cyd": 4.0, "dan": FULL, "eve": 0.0,
-                      "fay": 0.0, "gus": 0.0}
+                      "fay": 0.0, "gus": 0.0, "hal": FULL}
     assert _points(rows["bob"]) == {"tcp-wifi-run": "1", "mptcp-run": "0",
                                     "both-paths-used": "0", "mptcp-goodput": "0",
                                     "gain-over-tcp": "0", "verification": "", "total": "1"}
@@ -122,13 +126,18 @@ def test_tampered_metrics_are_flagged_and_graded_on_the_captures(graded: tuple) 
     assert ver["ada"].startswith("ok")
     assert "stored metrics differ" in ver["dan"] and "flows" in ver["dan"]
     assert students["dan"].verified == "flagged" and students["ada"].verified == "ok"
+    # the metrics of hal's runs match their captures; the manifest shows the edited spec
+    assert "stored metrics differ" not in ver["hal"]
+    assert f"{TCP_RUN}: files unlike the run's sha256 manifest (spec.toml: changed since " \
+        "the run recorded it)" in ver["hal"]
+    assert students["hal"].verified == "flagged"
     good = {r["check"]: r["measured"] for r in rows["ada"]}
     assert {r["check"]: r["measured"] for r in rows["dan"]} == good
 
 
 def test_pages_written_hidden_checks_not_shown(graded: tuple) -> None:
     out, _rows, _students, _ = graded
-    for s in ("ada", "bob", "cyd", "dan", "eve", "fay", "gus"):
+    for s in ("ada", "bob", "cyd", "dan", "eve", "fay", "gus", "hal"):
         page = (out / f"{s}.html").read_text()
         assert "Score:" in page
     ada = (out / "ada.html").read_text()
