@@ -1,11 +1,10 @@
 """A network stopped by normal exit, an exception, SIGINT or SIGTERM leaves nothing
 behind: compares `ip -o link`, `ip netns`, `ovs-vsctl list-br`, `tc qdisc show`,
-`nft list tables` and the process list before and after.  Also: a 20-switch topology
-starts, forwards and stops cleanly."""
+`nft list tables` and the process list before and after (tests/leftovers.py; the
+20-switch fat tree of test_fattree_controllers.py is checked the same way when it stops)."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -13,11 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
-from mininet.topo import Topo
+from leftovers import assert_same, snapshot
 
 from testbed.core.commands import CommandRunner
-from testbed.net.cleanup import parse_link_names
-from testbed.net.network import Network
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_kernel("netem", "ovs")]
 
@@ -27,6 +24,7 @@ CHILD = r"""
 import sys, time
 from pathlib import Path
 from testbed.core.commands import CommandRunner, which
+from leftovers import assert_same, snapshot
 from testbed.net.network import Network
 from testbed.net.shaping import LinkShape
 from testbed.spec.model import PathSpec, ScheduleEvent
@@ -61,57 +59,6 @@ print("DONE", flush=True)
 """
 
 
-def snapshot(runner: CommandRunner) -> dict[str, object]:
-    """What a network could leave behind, as comparable values."""
-    procs = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if cmd:  # kernel threads have none
-                procs.add((int(entry), cmd.split(b"\0")[0].decode(errors="replace")))
-    nft = runner.run(["nft", "list", "tables"], check=False).stdout
-    return {
-        "links": sorted(parse_link_names(runner.run(["ip", "-o", "link", "show"]).stdout)),
-        "netns": runner.run(["ip", "netns", "list"]).stdout,
-        "bridges": runner.run(["ovs-vsctl", "list-br"]).stdout,
-        "qdiscs": runner.run(["tc", "qdisc", "show"]).stdout,
-        "nft": nft,
-        "procs": procs,
-    }
-
-
-def _ppid(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None  # gone
-    return int(stat.rsplit(")", 1)[1].split()[1])
-
-
-def _left_behind(before: dict, after: dict) -> set[tuple[int, str]]:
-    """New processes that could be ours: not the test itself, still alive, and not the
-    child of a daemon that was already running (udevd forks workers for every veth the
-    network creates; they exit on their own and were never the testbed's)."""
-    me = os.getpid()
-    daemons = {pid for pid, _ in before["procs"]} - {1, me}
-    left = set()
-    for pid, name in after["procs"] - before["procs"]:
-        ppid = _ppid(pid)
-        if pid != me and ppid is not None and ppid not in daemons:
-            left.add((pid, name))
-    return left
-
-
-def assert_same(before: dict, after: dict) -> None:
-    for key in ("links", "netns", "bridges", "qdiscs", "nft"):
-        assert after[key] == before[key], f"{key} differ"
-    new = _left_behind(before, after)
-    assert not new, f"processes left behind: {sorted(new)}"
-
-
 @pytest.mark.parametrize("mode", ["normal", "exception", "sigint", "sigterm"])
 def test_no_leftovers(mode: str, runner: CommandRunner, tmp_path: Path) -> None:
     before = snapshot(runner)
@@ -133,27 +80,3 @@ def test_no_leftovers(mode: str, runner: CommandRunner, tmp_path: Path) -> None:
     assert rc in expected, err[-2000:]
     assert_same(before, snapshot(runner))
     assert (tmp_path / "network.json").exists()
-
-
-class LineTopo(Topo):
-    """h1 - s1 - s2 - ... - sN - h2."""
-
-    def build(self, n: int = 20, **_opts) -> None:
-        self.addHost("h1", ip="10.9.0.1/24")
-        self.addHost("h2", ip="10.9.0.2/24")
-        prev = "h1"
-        for i in range(1, n + 1):
-            self.addSwitch(f"s{i}")
-            self.addLink(prev, f"s{i}")
-            prev = f"s{i}"
-        self.addLink(prev, "h2")
-
-
-def test_twenty_switches_start_forward_and_stop(runner: CommandRunner, tmp_path: Path,
-                                                measure) -> None:
-    before = snapshot(runner)
-    with Network(LineTopo(n=20), runner=runner, workdir=tmp_path) as net:
-        assert len(net.mn.switches) == 20
-        rtts = measure.ping(runner, net.host("h1"), "10.9.0.2", count=3, interval=0.2)
-        assert any(r is not None for r in rtts)
-    assert_same(before, snapshot(runner))
