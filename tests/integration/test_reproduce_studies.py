@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -232,3 +233,25 @@ def test_p1_runs_share_one_fat_tree_each_with_its_own_controller(studies_out: Pa
     assert "errors" not in teardown, teardown
     assert not (out / "_kept-network.json").exists()
     print(f"\nFIGURES P1 reuse set-up s: {[m['timing']['set-up'] for m in metas]}")
+
+
+def test_every_study_run_matches_the_sha256_manifest_it_wrote(studies_out: Path) -> None:
+    """Each run wrote manifest.sha256 when it ended (inside the VM); after the analysis and
+    the reports here, every file still matches it -- by `Bundle.check_sha256_manifest` for
+    every run, and by coreutils' ``sha256sum -c`` for one run per study."""
+    from testbed.results.bundle import SHA256_MANIFEST, Bundle
+
+    runs = sorted(p.parent for p in studies_out.glob("*-quick/*/*/metadata.json"))
+    assert len(runs) > 40
+    bad = {r.name: Bundle(r).check_sha256_manifest() for r in runs}
+    assert not {k: v for k, v in bad.items() if v}
+    checked = 0
+    for study in sorted(studies_out.glob("*-quick")):
+        run = next(iter(sorted(study.glob(f"*/*/{SHA256_MANIFEST}")))).parent
+        res = subprocess.run(["sha256sum", "--quiet", "-c", SHA256_MANIFEST], cwd=run,
+                             capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, res.stdout + res.stderr
+        checked += 1
+    files = sum(len((r / SHA256_MANIFEST).read_text().splitlines()) for r in runs)
+    print(f"\nFIGURES sha256 manifests: {len(runs)} runs, {files} files match; "
+          f"sha256sum -c on {checked} runs")
