@@ -1,10 +1,14 @@
 """What a study report must satisfy, checked the same way by the unit and the
 reproduction tests: every figure it references exists inside the study output folder and
 is not blank (not a single colour), and no table cell holds JSON or a raw dictionary
-(text starting with ``{`` or ``[``)."""
+(text starting with ``{`` or ``[``).  `chromium_images` loads a page (a study report, a
+grading feedback page) in headless Chromium and counts the images that did not decode."""
 
 from __future__ import annotations
 
+import re
+import shutil
+import tempfile
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -67,3 +71,35 @@ def problems(report: Path) -> list[str]:
             found.append(f"figure {src} is blank (one colour)")
     found += [f"cell holds JSON: {c[:60]!r}" for c in page.cells if c.startswith(("{", "["))]
     return found
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+# appended to a copy of the page: after load, how many images did not decode
+_PROBE = ("<script>window.addEventListener('load', () => {const i = [...document.images];"
+          "document.body.dataset.images = i.length; document.body.dataset.broken = "
+          "i.filter(x => !x.complete || x.naturalWidth === 0).length;});</script>")
+
+
+def chromium_images(page: Path, tmp: Path) -> tuple[int, int]:
+    """(images, images that did not decode) of page loaded in headless Chromium.  The
+    page is loaded from a copy in tmp with a ``<base>`` at its own folder, so the folder
+    is left as it was."""
+    from testbed.core.commands import CommandRunner
+
+    assert CHROMIUM is not None
+    base = page.parent.resolve().as_uri() + "/"
+    text = page.read_text(encoding="utf-8").replace(
+        "<head>", f'<head><base href="{base}">', 1).replace("</body>", _PROBE + "</body>", 1)
+    probe = tmp / f"probe-{page.name}"
+    probe.write_text(text, encoding="utf-8")
+    with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
+        dom = CommandRunner().run(
+            [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu",
+             "--no-first-run", "--disable-background-networking", "--disable-sync",
+             "--disable-component-update", "--allow-file-access-from-files",
+             f"--user-data-dir={profile}", "--virtual-time-budget=10000", "--dump-dom",
+             probe.resolve().as_uri()], timeout=120).stdout
+    images = re.search(r'data-images="(\d+)"', dom)
+    broken = re.search(r'data-broken="(\d+)"', dom)
+    assert images and broken, f"{page.name} did not finish loading in Chromium"
+    return int(images.group(1)), int(broken.group(1))

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from studyreports import CHROMIUM, chromium_images, parse
 
 from testbed.grade.gradebook import grade_entry
 from testbed.grade.intake import Entry
@@ -113,3 +114,15 @@ def test_grade_cli_class(made: dict[str, Path], tmp_path: Path) -> None:
     assert ver["ref"].startswith("ok") and "not one of the assignment's" in ver["other"]
     for s in ("ref", "wrong", "other", "index"):
         assert (out / f"{s}.html").stat().st_size > 0
+    # the feedback pages and the class page render in headless Chromium, every figure in
+    # them decoded (the work goes on in tmp_path; the pages' folder is left as written)
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    shown = {}
+    for s in ("ref", "wrong", "other", "index"):
+        page = out / f"{s}.html"
+        images, broken = chromium_images(page, tmp_path)
+        assert images == len(parse(page).images) and broken == 0, (s, images, broken)
+        shown[s] = images
+    assert shown["ref"] > 0 and shown["wrong"] > 0 and shown["index"] > 0, shown
+    print(f"\nFIGURES grading pages in Chromium: {shown} images, all decoded")

@@ -17,19 +17,15 @@ every claim stay in ``results/ci-reproduction/`` for the closing notes.
 from __future__ import annotations
 
 import json
-import re
-import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from studyreports import parse, problems
+from studyreports import CHROMIUM, chromium_images, parse, problems
 
 from analysis.evidence import HOLDS
 from analysis.study_report import evaluate
-from testbed.core.commands import CommandRunner
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORD = ROOT / "results" / "ci-reproduction"
@@ -136,13 +132,6 @@ def test_quick_study_report_figures(study: str, studies_out: Path) -> None:
     assert problems(report) == []
 
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-# appended to a copy of the report: after load, how many images did not decode
-_PROBE = ("<script>window.addEventListener('load', () => {const i = [...document.images];"
-          "document.body.dataset.images = i.length; document.body.dataset.broken = "
-          "i.filter(x => !x.complete || x.naturalWidth === 0).length;});</script>")
-
-
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed "
                     "(apt-get install chromium)")
 @pytest.mark.parametrize("study", sorted(REQUIRED))
@@ -150,23 +139,9 @@ def test_quick_study_report_loads_in_chromium(study: str, studies_out: Path,
                                               tmp_path: Path) -> None:
     """The report opens in headless Chromium and every image in it decodes."""
     report = studies_out / f"{study}-quick" / "report.html"
-    base = report.parent.resolve().as_uri() + "/"
-    page = report.read_text(encoding="utf-8").replace(
-        "<head>", f'<head><base href="{base}">', 1).replace("</body>", _PROBE + "</body>", 1)
-    probe = tmp_path / "report.html"  # the study folder is left as the study wrote it
-    probe.write_text(page, encoding="utf-8")
-    with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
-        dom = CommandRunner().run(
-            [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu",
-             "--no-first-run", "--disable-background-networking", "--disable-sync",
-             "--disable-component-update", "--allow-file-access-from-files",
-             f"--user-data-dir={profile}", "--virtual-time-budget=10000", "--dump-dom",
-             probe.resolve().as_uri()], timeout=120).stdout
-    images = re.search(r'data-images="(\d+)"', dom)
-    broken = re.search(r'data-broken="(\d+)"', dom)
-    assert images and broken, "the page did not finish loading in Chromium"
-    assert int(images.group(1)) == len(parse(report).images) > 0
-    assert int(broken.group(1)) == 0, f"{broken.group(1)} images did not decode"
+    images, broken = chromium_images(report, tmp_path)
+    assert images == len(parse(report).images) > 0
+    assert broken == 0, f"{broken} images did not decode"
 
 
 def test_p0_runs_share_networks_and_each_finds_it_as_configured(studies_out: Path) -> None:
