@@ -24,7 +24,6 @@ CHILD = r"""
 import sys, time
 from pathlib import Path
 from testbed.core.commands import CommandRunner, which
-from leftovers import assert_same, snapshot
 from testbed.net.network import Network
 from testbed.net.shaping import LinkShape
 from testbed.spec.model import PathSpec, ScheduleEvent
