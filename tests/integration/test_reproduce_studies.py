@@ -169,15 +169,21 @@ def test_p0_runs_share_networks_and_each_finds_it_as_configured(studies_out: Pat
     assert [m["network"]["reused"] for m in metas] == \
         [m["run_id"] not in builders for m in metas]
     first = {}
+    reconfigured = 0
     for m in metas:
         links = {k: (v["shape"], v["up"]) for k, v in m["links"].items()}
         first.setdefault(m["network"]["built_by"], links)
         assert links == first[m["network"]["built_by"]], (m["run_id"], links)
         assert all(up for _shape, up in links.values()), m["run_id"]
         client = m["transport"]["client"]
-        if client["protocol"] == "mptcp":
-            assert client["endpoints"] and client["limits"], (m["run_id"], client)
+        if client["protocol"] == "mptcp":  # its path manager configured again, as planned
+            added = [c[4] for c in client["commands"] if c[:4] == ["ip", "mptcp", "endpoint",
+                                                                    "add"]]
+            assert client["limits"], (m["run_id"], client)
+            assert [e["addr"] for e in client["endpoints"]] == added, (m["run_id"], client)
+            reconfigured += bool(added and m["network"]["reused"])
     assert {m["transport"]["client"]["protocol"] for m in metas} == {"mptcp", "tcp"}
+    assert reconfigured >= 5  # MPTCP runs that set up endpoints on a network a run used
     outage = [i for i, m in enumerate(metas) if spec_of[m["run_id"]] == "p0-outage"]
     assert outage and outage[-1] + 1 < len(metas)  # a run followed the schedule's outage
     print(f"\nFIGURES P0 reuse: {len(metas)} runs on {len(builders)} "
