@@ -8,7 +8,11 @@ run finds its hosts as a fresh network would have them.  A network that takes a
 * the TCP/MPTCP sysctls (`SYSCTL_PATTERN`, writable ones only): congestion control,
   buffers, ``net.mptcp.*``, ``rp_filter``;
 * the MPTCP path manager: endpoints (flushed) and limits;
-* policy-routing rules and routes (in any table) that the run added.
+* policy-routing rules and routes (in any table) that the run added;
+* addresses the run added (an MPTCP alias for a second subflow on one path): deleted,
+  which also removes the ``local`` and ``broadcast`` routes the kernel made for them.
+  Deleting only those routes would leave an address packets to it never reach (a later
+  run's join subflow from it never got its SYN-ACK).
 
 Anything a run removed from the baseline (a rule or route of the topology's own
 routing) is not recreated: `differences` reports it, and the network is then stopped
@@ -35,7 +39,7 @@ SYSCTL_PATTERN = r"^net\.(ipv4\.tcp_|mptcp\.|core\.(r|w)mem|ipv4\.conf\.all\.rp_
 # about a second per host under software emulation)
 SYSCTL_GLOBS = ("net/ipv4/tcp_*", "net/mptcp/*", "net/core/rmem_*", "net/core/wmem_*",
                 "net/ipv4/conf/all/rp_filter")
-_SECTIONS = ("limits", "endpoints", "rules", "routes")
+_SECTIONS = ("limits", "endpoints", "rules", "routes", "addresses")
 _MARK = "@@testbed-hoststate "
 _RULE = re.compile(r"^(\d+):\s")
 
@@ -77,6 +81,7 @@ class HostState:
     endpoints: list[str] = field(default_factory=list)     # ``ip mptcp endpoint show``
     rules: list[str] = field(default_factory=list)         # ``ip rule show``
     routes: list[str] = field(default_factory=list)        # ``ip route show table all``
+    addresses: list[str] = field(default_factory=list)     # ``<dev> <family> <addr/len>``
 
 
 def state_argv(keys: list[str]) -> list[str]:
@@ -85,8 +90,20 @@ def state_argv(keys: list[str]) -> list[str]:
     script = "sysctl -e \"$@\"; " + "; ".join(
         f"echo '{_MARK}{name}'; {cmd}" for name, cmd in (
             ("limits", "ip mptcp limits show"), ("endpoints", "ip mptcp endpoint show"),
-            ("rules", "ip rule show"), ("routes", "ip route show table all")))
+            ("rules", "ip rule show"), ("routes", "ip route show table all"),
+            ("addresses", "ip -o addr show")))
     return ["sh", "-c", script, "testbed-hoststate", *keys]
+
+
+def parse_addresses(lines: list[str]) -> list[str]:
+    """``ip -o addr show`` lines -> ``<dev> <family> <addr/len>`` (pure; the lifetimes and
+    flags that change by themselves are left out)."""
+    out = []
+    for line in lines:
+        w = line.split()
+        if len(w) >= 4 and w[2] in ("inet", "inet6"):
+            out.append(f"{w[1].split('@')[0]} {w[2]} {w[3]}")
+    return out
 
 
 def parse_state(text: str) -> HostState:
@@ -106,6 +123,7 @@ def parse_state(text: str) -> HostState:
     routes = [" ".join(w for w in r.split() if w != "linkdown")
               for r in parts.get("routes", [])]
     return HostState(
+        addresses=parse_addresses(parts.get("addresses", [])),
         sysctls=parse_sysctl("\n".join(parts["sysctls"])),
         limits=dict(zip(limit_words[::2], limit_words[1::2], strict=False)),
         endpoints=parts.get("endpoints", []), rules=parts.get("rules", []),
@@ -115,7 +133,7 @@ def parse_state(text: str) -> HostState:
 def restore_commands(base: HostState, now: HostState) -> list[list[str]]:
     """The commands that take a host from now back to base, as far as that is possible
     without recreating anything (pure): changed sysctls written back, endpoints flushed,
-    limits reset, rules and routes that base lacks deleted."""
+    limits reset, addresses, rules and routes that base lacks deleted."""
     cmds: list[list[str]] = []
     changed = [f"{k}={v}" for k, v in sorted(base.sysctls.items())
                if now.sysctls.get(k) is not None and now.sysctls[k] != v]
@@ -126,6 +144,12 @@ def restore_commands(base: HostState, now: HostState) -> list[list[str]]:
     if now.limits != base.limits and base.limits:
         cmds.append(["ip", "mptcp", "limits", "set",
                      *(w for k, v in sorted(base.limits.items()) for w in (k, v))])
+    gone = set()
+    for addr in now.addresses:
+        if addr not in base.addresses:  # before the routes: its own go with it
+            dev, _family, cidr = addr.split()
+            cmds.append(["ip", "addr", "del", cidr, "dev", dev])
+            gone.add(cidr.split("/")[0])
     for rule in now.rules:
         m = _RULE.match(rule)
         if rule not in base.rules and m:
@@ -133,8 +157,11 @@ def restore_commands(base: HostState, now: HostState) -> list[list[str]]:
             # rule has its interface's), and ``del pref N`` alone takes the first of them
             cmds.append(["ip", "rule", "del", "pref", m.group(1), *rule[m.end():].split()])
     for route in now.routes:
+        words = route.split()
+        if words[0] in ("local", "broadcast") and gone & set(words):
+            continue  # the kernel's own route for an address deleted above
         if route not in base.routes:
-            cmds.append(["ip", "route", "del", *route.split()])
+            cmds.append(["ip", "route", "del", *words])
     return cmds
 
 
@@ -146,10 +173,10 @@ def differences(base: HostState, now: HostState) -> list[str]:
         out.append(f"MPTCP limits {now.limits}, were {base.limits}")
     if now.endpoints != base.endpoints:
         out.append(f"MPTCP endpoints {now.endpoints}, were {base.endpoints}")
-    for name in ("rules", "routes"):
+    for name, one in (("rules", "rule"), ("routes", "route"), ("addresses", "address")):
         b, n = getattr(base, name), getattr(now, name)
-        out += [f"{name[:-1]} added: {x}" for x in n if x not in b]
-        out += [f"{name[:-1]} gone: {x}" for x in b if x not in n]
+        out += [f"{one} added: {x}" for x in n if x not in b]
+        out += [f"{one} gone: {x}" for x in b if x not in n]
     return out
 
 

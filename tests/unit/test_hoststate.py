@@ -51,7 +51,8 @@ def test_state_argv_passes_keys_as_arguments_and_runs_in_a_shell():
     out = subprocess.run([*argv[:3], "x"], capture_output=True, text=True,
                          env={"PATH": os.environ.get("PATH", "") + ":/usr/sbin:/sbin"})
     marks = [ln for ln in out.stdout.splitlines() if ln.startswith("@@testbed-hoststate")]
-    assert [m.split()[1] for m in marks] == ["limits", "endpoints", "rules", "routes"]
+    assert [m.split()[1] for m in marks] == ["limits", "endpoints", "rules", "routes",
+                                             "addresses"]
 
 
 def test_a_run_that_changed_nothing_needs_nothing():
@@ -91,6 +92,26 @@ def test_a_rule_sharing_its_priority_with_a_baseline_rule_is_deleted_by_selector
     assert len(now.rules) == len(base.rules) + 1
     assert restore_commands(base, now) == [
         ["ip", "rule", "del", "pref", "101", "from", "10.0.1.52", "lookup", "101"]]
+
+
+ADDRS = """@@testbed-hoststate addresses
+1: lo    inet 127.0.0.1/8 scope host lo\\       valid_lft forever preferred_lft forever
+2: client-eth0    inet 10.0.1.1/24 brd 10.0.1.255 scope global client-eth0\\       valid_lft forever
+"""
+
+
+def test_an_address_the_run_added_is_deleted_with_its_kernel_routes():
+    # P0 subflows on a kept network: the alias stayed, its local route was deleted as a
+    # route the run added, and the next run's join subflow from it never got a SYN-ACK
+    base = parse_state(TEXT + ADDRS)
+    assert base.addresses == ["lo inet 127.0.0.1/8", "client-eth0 inet 10.0.1.1/24"]
+    now = parse_state(TEXT + "local 10.0.1.52 dev client-eth0 table local proto kernel "
+                      "scope host src 10.0.1.52\n" + ADDRS.replace(
+                          "\n2:", "\n2: client-eth0    inet 10.0.1.52/24 scope global "
+                          "secondary client-eth0\\   valid_lft forever\n2:"))
+    assert differences(base, now)[-1] == "address added: client-eth0 inet 10.0.1.52/24"
+    assert restore_commands(base, now) == [["ip", "addr", "del", "10.0.1.52/24", "dev",
+                                            "client-eth0"]]
 
 
 def test_what_a_run_removed_is_reported_not_recreated():
