@@ -184,6 +184,13 @@ def test_p0_runs_share_networks_and_each_finds_it_as_configured(studies_out: Pat
             reconfigured += bool(added and m["network"]["reused"])
     assert {m["transport"]["client"]["protocol"] for m in metas} == {"mptcp", "tcp"}
     assert reconfigured >= 5  # MPTCP runs that set up endpoints on a network a run used
+    # ... and those endpoints work: every two-subflow run of the subflows spec has two
+    for run in sorted((studies_out / "p0_wifi_3g-quick" / "subflows").glob("*/metadata.json")):
+        m = json.loads(run.read_text())
+        want = m["params"]["transport.subflows_per_path"]
+        flows = pd.read_parquet(run.parent / "metrics" / "flows.parquet")
+        assert (flows["kind"] == "subflow").sum() == want, (m["run_id"], want,
+                                                              m["network"])
     outage = [i for i, m in enumerate(metas) if spec_of[m["run_id"]] == "p0-outage"]
     assert outage and outage[-1] + 1 < len(metas)  # a run followed the schedule's outage
     print(f"\nFIGURES P0 reuse: {len(metas)} runs on {len(builders)} "
