@@ -29,14 +29,14 @@ TIMESERIES_COLUMNS = C.names("timeseries")
 
 def run_timeseries(caps: list[CaptureAnalysis], base: pd.DataFrame,
                    path_of: dict[str, str | None], t0: float, bin_s: float,
-                   conn_at: dict[str, list[str]] | None = None) -> pd.DataFrame:
+                   conn_at: dict[str, list[str]]) -> pd.DataFrame:
     """The timeseries table of a run.
 
     caps: the analysed captures; base: the flow and subflow rows (flow_id, capture,
     capture_receiver, parent); path_of: capture stem -> the path of its interface (from
     metadata.json's interfaces map); t0: the run's time origin (epoch s);
     bin_s: bin width (s); conn_at: MPTCP connection (``mptcp:<token>``) -> the captures
-    its ``flows`` row was counted at (default: its subflows' rows' captures).
+    its ``flows`` row was counted at (the data receiver's).
     """
     parts = []
     chosen = dict(zip(base["flow_id"], base["capture"], strict=True))
@@ -46,11 +46,6 @@ def run_timeseries(caps: list[CaptureAnalysis], base: pd.DataFrame,
     conn_ts, conn_bytes, conn_key = [], [], []
     conn_dsn = []  # the data-level segments of the subflows counted at each capture
     conn_caps: dict[str, list[str]] = {}  # connection -> the captures it is counted at
-    if conn_at is None:
-        conn_at = {}
-        for i, p in parent.items():
-            if p and chosen[i] not in conn_at.setdefault(p, []):
-                conn_at[p].append(chosen[i])
     for c in caps:
         src = c.table.path
         ts = c.table.cols["ts_ns"]
