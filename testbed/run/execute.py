@@ -207,9 +207,6 @@ def _run_network(plan: NetworkPlan, bundle: Bundle, meta: dict[str, Any],
 
         # each host is its own namespace: a few at a time (a fat-tree has 16)
         meta["transport"] = dict(zip(hosts, in_parallel(configure, hosts), strict=True))
-        # ready before the clock starts: neighbours and switch flows warm (`readiness`)
-        meta["readiness"] = warm_up(runner, net, warm_targets(
-            flows, plan.pings, plan.path_addrs, plan.addr_of.get("server")))
         captures = CaptureSet(runner, bundle.pcap_dir, bundle.logs_dir, exp.capture.snaplen)
         for h, intf in plan.captures:
             captures.add(net.host(h), intf)
@@ -229,13 +226,19 @@ def _run_network(plan: NetworkPlan, bundle: Bundle, meta: dict[str, Any],
                     s.start()
                     samplers.append(s)
             net.prepare_schedule(plan.events)  # slow under emulation: before t0 is fixed
-            if not recording(runner):
-                meta["readiness"].update(wait_quiet())  # ... and so is everything above
+            if flow_run is not None:
+                flow_run.launch()  # servers listening, clients ready: they wait for t0
+            # ready before the clock starts (`readiness`): the machine quiet after all of
+            # the above, then neighbours and switch flows warm (last, so that nothing
+            # expires before t0: Open vSwitch drops an idle datapath flow after 10 s)
+            meta["readiness"] = {} if recording(runner) else wait_quiet()
+            meta["readiness"].update(warm_up(runner, net, warm_targets(
+                flows, plan.pings, plan.path_addrs, plan.addr_of.get("server"))))
             lost_before = dp_lost(runner, net)
             drops_before = qdisc_drops(runner)
             monitor = Monitor(net.monitor_links()).start()
             if flow_run is not None:
-                flow_run.start()          # servers listening, then clients wait for t0
+                flow_run.release()
                 t0 = float(flow_run.t0)
             else:
                 t0 = time.time()

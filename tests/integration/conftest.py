@@ -168,7 +168,14 @@ def iperf3_run(runner: CommandRunner, client: Any, server: Any, server_addr: str
 
 def ping_rtts(runner: CommandRunner, host: Any, addr: str, count: int = 10,
               interval: float = 0.2, source: str | None = None) -> list[float | None]:
-    """Ping addr from host; RTT in ms per echo (None when lost)."""
+    """Ping addr from host; RTT in ms per echo (None when lost).
+
+    First waits (at most 8 s) until the CPUs are quiet, as a run does before its clock
+    starts (the kernel tears a previous test's namespaces down in the background; a CI
+    run's median read 3.2 ms over 20 ms right after a network was built)."""
+    from testbed.run.readiness import wait_quiet
+
+    wait_quiet()
     argv = ["ping", "-n", "-c", str(count), "-i", str(interval), "-W", "2"]
     if source:
         argv += ["-I", source]

@@ -76,7 +76,7 @@ interval = "500ms"
 
 PID = re.compile(r"^\d+$")
 NAMES = [(re.compile(r"tbw\d+"), "tbwPID"),                       # warm-up veth (pid)
-         (re.compile(r"flowtool-go-\d+-\d+"), "flowtool-go-ID")]  # start-signal file
+         (re.compile(r"testbed-go-[^/]+/go"), "testbed-go-ID/go")]  # start-signal file
 
 
 def normal(entry: dict) -> tuple:

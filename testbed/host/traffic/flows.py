@@ -7,7 +7,8 @@ A run hands all its `FlowSpec` s (from `testbed.plan.patterns`, addresses filled
                           via_addr={("client", "wifi"): "10.0.1.1"})
     fr = FlowRun(runner, hosts={"client": c, "server": s}, flows=flows,
                  samples_dir=run / "samples", logs_dir=run / "logs")
-    fr.start(t0)              # servers/sinks first (confirmed listening), then clients
+    fr.launch()               # servers/sinks first (confirmed listening), then clients
+    fr.release(t0)            # ... which start their flows at t0 + start (start = both)
     fr.wait(timeout=60)       # True when every client has finished
     fr.stop()                 # SIGTERM: unfinished flows are recorded as interrupted
     records = fr.collect()    # -> samples/flows.jsonl, one record per flow, always
@@ -16,10 +17,10 @@ One server per (destination host, protocol) -- ``tcp``/``mptcp`` flow-tool serve
 ``udp`` sinks -- on consecutive ports from ``base_port``; one client process per source
 host runs all of that host's flows at ``t0 + start_s``.  Servers must print
 "listening" and clients "ready" (Python starts slowly in an emulated VM) before t0 is
-written to a go-file that releases all clients at once.  Files: ``logs/flows-<src>.json``
-(the flows handed to a client), ``logs/flows-<src>.jsonl`` (its records),
-``logs/flowtool-<role>-<host>-<port>.jsonl`` (server/sink records: bytes received per
-connection or UDP source), ``logs/flowtool-*.log`` (stdout/stderr).
+written to a go-file (in a private temporary folder) that releases all clients at once.
+Files: ``logs/flows-<src>.json`` (the flows handed to a client), ``logs/flows-<src>.jsonl``
+(its records), ``logs/flowtool-<role>-<host>-<port>.jsonl`` (server/sink records: bytes
+received per connection or UDP source), ``logs/flowtool-*.log`` (stdout/stderr).
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -149,18 +152,25 @@ class FlowRun:
             p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)}
         self._servers: list[tuple[Process, Path]] = []
         self._clients: dict[str, Process] = {}
+        self._go_dir: Path | None = None
+        self.go_file: Path | None = None
         self.t0: float | None = None
 
     def _src_hosts(self) -> list[str]:
         return sorted({f.src for f in self.flows})
 
     def start(self, t0: float | None = None, ready_timeout: float = READY_TIMEOUT_S) -> None:
-        """Start servers/sinks and clients, wait until all are ready, then release the
-        clients on time origin t0 (default: that moment).
+        """`launch`, then `release` on t0 (default: that moment)."""
+        self.launch(ready_timeout)
+        self.release(t0)
 
-        The clients' flows start at ``t0 + start_s``; if t0 is already past by then,
-        flows whose start is past begin at once (their records carry the real times).
-        """
+    def launch(self, ready_timeout: float = READY_TIMEOUT_S) -> None:
+        """Start servers/sinks and clients and wait until all are ready; the clients then
+        wait for `release`.
+
+        The go-file that releases them lives in a private folder of the local file system
+        (not the bundle, which may sit on a VM's 9p share: each client polls it every
+        10 ms)."""
         self.samples_dir.mkdir(parents=True, exist_ok=True)
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         for (host, proto), port in self.servers.items():
@@ -171,8 +181,8 @@ class FlowRun:
             proc = self.runner.spawn(argv, host=self.hosts[host], stdout=out,
                                      log=self.logs_dir / f"{stem}.log", env=self.env)
             self._servers.append((proc, out))
-        self.go_file = self.logs_dir / f"flowtool-go-{os.getpid()}-{id(self)}"
-        self.go_file.unlink(missing_ok=True)
+        self._go_dir = Path(tempfile.mkdtemp(prefix="testbed-go-"))  # 0700, root's
+        self.go_file = self._go_dir / "go"
         clients = []
         for src in self._src_hosts():
             mine = [f for f in self.flows if f.src == src]
@@ -187,6 +197,15 @@ class FlowRun:
         if not recording(self.runner):  # a dry run: nothing runs, nothing is waited for
             _wait_for_lines(self._servers, '"listening"', ready_timeout)
             _wait_for_lines(clients, '"ready"', ready_timeout)
+
+    def release(self, t0: float | None = None) -> None:
+        """Release the launched clients on time origin t0 (default: this moment).
+
+        The clients' flows start at ``t0 + start_s``; if t0 is already past by then,
+        flows whose start is past begin at once (their records carry the real times).
+        """
+        if self.go_file is None:
+            raise RuntimeError("FlowRun.release before launch")
         self.t0 = time.time() if t0 is None else t0
         atomic_write_text(self.go_file, repr(self.t0) + "\n")
 
@@ -209,6 +228,9 @@ class FlowRun:
         in_parallel(lambda p: p.stop(timeout=STOP_TIMEOUT_S), clients, workers=len(clients))
         servers = [proc for proc, _out in self._servers]
         in_parallel(lambda p: p.stop(timeout=STOP_TIMEOUT_S), servers, workers=len(servers))
+        if self._go_dir is not None:
+            shutil.rmtree(self._go_dir, ignore_errors=True)
+            self._go_dir = None
 
     def collect(self) -> list[dict[str, Any]]:
         """Merge the clients' records into ``samples/flows.jsonl`` (one per flow)."""
