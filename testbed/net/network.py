@@ -43,7 +43,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from testbed.core.commands import CommandRunner
+from testbed.core.commands import CommandRunner, in_parallel
 from testbed.core.errors import InputError, RunError
 from testbed.core.recording import recording
 from testbed.net import bringup, nftables
@@ -392,8 +392,8 @@ class Network:
         mn = self._mn
         self.shells.run(runner, cold_cache_commands(mn.hosts))
         if mn.switches and controller is None:  # standalone bridges learn MACs
-            for sw in mn.switches:
-                runner.run(["ovs-appctl", "fdb/flush", sw.name], timeout=30)
+            in_parallel(lambda sw: runner.run(["ovs-appctl", "fdb/flush", sw.name],
+                                              timeout=30), mn.switches)
         self.controller = controller
         if controller is not None:
             controller.start()

@@ -207,6 +207,9 @@ def _run_network(plan: NetworkPlan, bundle: Bundle, meta: dict[str, Any],
 
         # each host is its own namespace: a few at a time (a fat-tree has 16)
         meta["transport"] = dict(zip(hosts, in_parallel(configure, hosts), strict=True))
+        # ready before the clock starts: neighbours and switch flows warm (`readiness`)
+        meta["readiness"] = warm_up(runner, net, warm_targets(
+            flows, plan.pings, plan.path_addrs, plan.addr_of.get("server")))
         captures = CaptureSet(runner, bundle.pcap_dir, bundle.logs_dir, exp.capture.snaplen)
         for h, intf in plan.captures:
             captures.add(net.host(h), intf)
@@ -226,19 +229,13 @@ def _run_network(plan: NetworkPlan, bundle: Bundle, meta: dict[str, Any],
                     s.start()
                     samplers.append(s)
             net.prepare_schedule(plan.events)  # slow under emulation: before t0 is fixed
-            if flow_run is not None:
-                flow_run.launch()  # servers listening, clients ready: they wait for t0
-            # ready before the clock starts (`readiness`): the machine quiet after all of
-            # the above, then neighbours and switch flows warm (last, so that nothing
-            # expires before t0: Open vSwitch drops an idle datapath flow after 10 s)
-            meta["readiness"] = {} if recording(runner) else wait_quiet()
-            meta["readiness"].update(warm_up(runner, net, warm_targets(
-                flows, plan.pings, plan.path_addrs, plan.addr_of.get("server"))))
+            if not recording(runner):
+                meta["readiness"].update(wait_quiet())  # ... and so is everything above
             lost_before = dp_lost(runner, net)
             drops_before = qdisc_drops(runner)
             monitor = Monitor(net.monitor_links()).start()
             if flow_run is not None:
-                flow_run.release()
+                flow_run.start()          # servers listening, then clients wait for t0
                 t0 = float(flow_run.t0)
             else:
                 t0 = time.time()
@@ -255,24 +252,36 @@ def _run_network(plan: NetworkPlan, bundle: Bundle, meta: dict[str, Any],
             meta["t_traffic_end"] = time.time()
             tl.enter("teardown")
         finally:
-            if monitor is not None:
-                raw = monitor.stop()
-                try:  # never in the way of stopping flows and captures below
+            raw = monitor.stop() if monitor is not None else None
+            if raw is not None:
+                meta["fidelity_raw"] = raw  # completed by `counters` below
+
+            def counters() -> None:  # what the monitor reads once more after the traffic
+                if raw is None:
+                    return
+                try:  # never in the way of stopping flows and captures
                     raw["links"] = with_queue_drops(raw["links"], drops_before,
                                                     qdisc_drops(runner))
                     raw.update(fidelity_extra(runner, net, plan, lost_before))
                 except (TestbedError, OSError) as exc:
                     raw.setdefault("errors", []).append(f"after the traffic: {exc}")
-                meta["fidelity_raw"] = raw
+
+            # side by side: each of these waits a second or more for its processes under
+            # emulation; the captures stop last, once the flows have closed
+            stopping: list[Callable[[], Any]] = [counters, *(s.stop for s in samplers)]
             if flow_run is not None:
-                flow_run.stop()
+                stopping.append(flow_run.stop)  # clients, then servers
+            stopping += [pr.stop for _start, pr in ping_runs if pr.proc is not None]
+            try:
+                results = in_parallel(lambda stop: stop(), stopping, workers=len(stopping))
+            finally:
+                meta["captures"] = captures.stop()
+            meta["samplers"] = results[1:1 + len(samplers)]
+            if flow_run is not None:
                 meta["flows"] = _flow_summary(flow_run.collect())
             for _start, pr in ping_runs:
                 if pr.proc is not None:
-                    pr.stop()
                     pr.collect()
-            meta["samplers"] = [s.stop() for s in samplers]
-            meta["captures"] = captures.stop()
         meta.update(node_dumps(runner, net, hosts, bundle.logs_dir,
                                openflow=controller is not None))
         if controller is not None:

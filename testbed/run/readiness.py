@@ -1,14 +1,14 @@
-"""A run's clock starts only when the machine is quiet and the network is ready.
+"""A run's clock starts only when the network is ready and the machine is quiet.
 
-Right before a run's time origin (``t0``), with everything else started: the CPUs are
+Before a run's time origin (``t0``): every address pair the run's flows, subflows and
+pings will use is pinged once, so neighbour (ARP) entries exist at both ends and Open
+vSwitch has its datapath flows for the pair (a first packet otherwise waits for an ARP
+round trip, which crosses the shaped links, and for an upcall to ovs-vswitchd: the
+first ping of a run read 88.9 ms on a 30 ms path without this); then the CPUs are
 sampled until they are quiet, so set-up work (program starts, OVS, the controller
-programming switches) does not run into the measured traffic; then every address pair
-the run's flows, subflows and pings will use is pinged once, so neighbour (ARP) entries
-exist at both ends and Open vSwitch has its datapath flows for the pair (a first packet
-otherwise waits for an ARP round trip, which crosses the shaped links, and for an
-upcall to ovs-vswitchd: the first ping of a run read 88.9 ms on a 30 ms path without
-this).  The warm-up comes last because an idle datapath flow expires after 10 s.
-docs/fidelity.md has the measurements."""
+programming switches) does not run into the measured traffic.  docs/fidelity.md has
+the measurements.
+"""
 
 from __future__ import annotations
 
