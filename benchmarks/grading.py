@@ -26,8 +26,9 @@ import time
 from pathlib import Path
 
 STUDY_OF = {"p2_cc": "p2_three_paths-quick", "p1_spray": "p1_fattree_spray-quick",
-            "p0_mptcp_gain": "p0_wifi_3g-quick"}
-DEFAULT_FOLDERS = {"p2_cc": ["cc", "loss"], "p1_spray": ["static"], "p0_mptcp_gain": ["paths"]}
+            "p0_mptcp_gain": "p0_wifi_3g-quick", "p0_handover": "p0_wifi_3g-quick"}
+DEFAULT_FOLDERS = {"p2_cc": ["cc", "loss"], "p1_spray": ["static"], "p0_mptcp_gain": ["paths"],
+                   "p0_handover": ["outage"]}
 
 
 def make_class(studies_out: Path, assignment: str, folders: list[str], students: int,

@@ -49,6 +49,7 @@ def made(studies_out: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[st
     cc, loss = _runs(p2 / "cc"), _runs(p2 / "loss")
     static = _runs(studies_out / "p1_fattree_spray-quick" / "static")
     paths = _runs(studies_out / "p0_wifi_3g-quick" / "paths")
+    outage = _runs(studies_out / "p0_wifi_3g-quick" / "outage")
     reno = [b for b in cc.values() if _param(b, "transport.cc") == "reno"]
     no_spray = [b for b in static.values() if _param(b, "controller.kind") != "spray"]
     tcp_only = [b for b in paths.values()
@@ -56,6 +57,10 @@ def made(studies_out: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[st
     assert len(reno) == 1 and len(no_spray) == 2
     # every repetition of both TCP workloads (P0 quick repeats paths.toml)
     assert {_param(b, "workload.0")["name"] for b in tcp_only} == {"tcp-wifi", "tcp-cell"}
+    # the outage's TCP sweep point alone (a WiFi flow and its reconnect over 3G)
+    outage_tcp = [b for b in outage.values()
+                  if (_param(b, "workload.0") or {}).get("protocol") == "tcp"]
+    assert len(outage) == 2 and len(outage_tcp) == 1
     return {
         "p2_cc/ref": _submission(tmp / "p2-ref", [*cc.values(), *loss.values()]),
         "p2_cc/wrong": _submission(tmp / "p2-wrong", [*reno, *loss.values()]),
@@ -64,10 +69,12 @@ def made(studies_out: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[st
         "p1_spray/wrong": _submission(tmp / "p1-wrong", no_spray),
         "p0_mptcp_gain/ref": _submission(tmp / "p0-ref", list(paths.values())),
         "p0_mptcp_gain/wrong": _submission(tmp / "p0-wrong", tcp_only),
+        "p0_handover/ref": _submission(tmp / "p0h-ref", list(outage.values())),
+        "p0_handover/wrong": _submission(tmp / "p0h-wrong", outage_tcp),
     }
 
 
-@pytest.mark.parametrize("name", ["p2_cc", "p1_spray", "p0_mptcp_gain"])
+@pytest.mark.parametrize("name", ["p2_cc", "p1_spray", "p0_mptcp_gain", "p0_handover"])
 def test_reference_scores_full_marks(made: dict[str, Path], name: str) -> None:
     a = load_assignment(name)
     res = grade_entry(Entry("ref", made[f"{name}/ref"]), a, figures=False)
@@ -84,6 +91,8 @@ def test_reference_scores_full_marks(made: dict[str, Path], name: str) -> None:
     ("p2_cc", {"both-cc-runs", "cubic-goodput", "cc-ratio"}),
     ("p1_spray", {"three-controllers", "all-flows-done", "spray-reorders"}),
     ("p0_mptcp_gain", {"mptcp-run", "both-paths-used", "mptcp-goodput", "gain-over-tcp"}),
+    ("p0_handover", {"outage-applied", "both-schemes-run", "mptcp-keeps-flowing",
+                     "mptcp-over-tcp"}),
 ])
 def test_wrong_solution_fails_its_checks(made: dict[str, Path], name: str,
                                          fails: set[str]) -> None:

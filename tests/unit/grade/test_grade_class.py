@@ -18,6 +18,7 @@ from realruns import MPTCP_RUN, TCP_RUN, analysed_copy
 
 from testbed.grade.gradebook import grade_class
 from testbed.grade.rubric import load_assignment
+from testbed.results.bundle import Bundle
 
 FULL = 8.0
 
@@ -84,6 +85,14 @@ def graded(runs: Path, tmp_path_factory: pytest.TempPathFactory
     hal = _folder(subs / "hal", runs, *both)                  # a spec edited after the run
     spec = hal / "results" / TCP_RUN / "spec.toml"
     spec.write_text(spec.read_text() + "# edited after the run\n")
+    ivy = _folder(subs / "ivy", runs, *both)                  # a fixed key changed: the
+    spec = ivy / "results" / TCP_RUN / "spec.toml"            # cell path's delay, and the
+    text = spec.read_text()                                   # manifest made to match
+    assert text.count('delay = "50ms"') == 1
+    spec.write_text(text.replace('delay = "50ms"', 'delay = "5ms"'))
+    Bundle(ivy / "results" / TCP_RUN).write_sha256_manifest()
+    jon = _folder(subs / "jon", runs, *both)                  # stored flows not parquet
+    (jon / "results" / MPTCP_RUN / "metrics" / "flows.parquet").write_bytes(b"PAR1 no")
     before = _tree(subs)
     out = work / "out"
     students = grade_class(subs, load_assignment("p0_mptcp_gain"), out)
@@ -101,20 +110,23 @@ def _points(rows: list[dict[str, str]]) -> dict[str, str]:
 
 def test_gradebook_points_and_error_rows(graded: tuple) -> None:
     _out, rows, _students, _ = graded
-    assert sorted(rows) == ["ada", "bob", "cyd", "dan", "eve", "fay", "gus", "hal"]
+    assert sorted(rows) == ["ada", "bob", "cyd", "dan", "eve", "fay", "gus", "hal", "ivy",
+                            "jon"]
     totals = {s: float(_points(r)["total"]) for s, r in rows.items()}
     assert totals == {"ada": FULL, "bob": 1.0, "cyd": 4.0, "dan": FULL, "eve": 0.0,
-                      "fay": 0.0, "gus": 0.0, "hal": FULL}
+                      "fay": 0.0, "gus": 0.0, "hal": FULL, "ivy": FULL, "jon": 0.0}
     assert _points(rows["bob"]) == {"tcp-wifi-run": "1", "mptcp-run": "0",
                                     "both-paths-used": "0", "mptcp-goodput": "0",
                                     "gain-over-tcp": "0", "verification": "", "total": "1"}
     assert _points(rows["cyd"])["gain-over-tcp"] == "0"
     errors = {s: [r["feedback"] for r in rs if r["check"] == "error"] for s, rs in rows.items()}
-    assert {s for s, e in errors.items() if e} == {"eve", "fay", "gus"}
+    assert {s for s, e in errors.items() if e} == {"eve", "fay", "gus", "jon"}
     assert "../escaped.txt" in errors["eve"][0] and "refused" in errors["eve"][0]
     assert "server-server-eth0.pcap" in errors["fay"][0] or "captures" in errors["fay"][0]
     assert "not a readable zip" in errors["gus"][0]
-    for s in ("eve", "fay", "gus"):  # an error row and a total, no check rows
+    assert errors["jon"][0].startswith(f"{MPTCP_RUN}: metrics/flows.parquet is not a "
+                                       "readable parquet table"), errors["jon"]
+    for s in ("eve", "fay", "gus", "jon"):  # an error row and a total, no check rows
         assert [r["check"] for r in rows[s] if r["check"] not in ("verification",)] == \
             ["error", "total"]
 
@@ -131,13 +143,16 @@ def test_tampered_metrics_are_flagged_and_graded_on_the_captures(graded: tuple) 
     assert f"{TCP_RUN}: files unlike the run's sha256 manifest (spec.toml: changed since " \
         "the run recorded it)" in ver["hal"]
     assert students["hal"].verified == "flagged"
+    # ivy's run is consistent (metrics, manifest) but not the assignment's set-up: flagged
+    assert ver["ivy"] == f"{TCP_RUN}: spec changes what paths.toml fixes: topology", ver["ivy"]
+    assert students["ivy"].verified == "flagged"
     good = {r["check"]: r["measured"] for r in rows["ada"]}
     assert {r["check"]: r["measured"] for r in rows["dan"]} == good
 
 
 def test_pages_written_hidden_checks_not_shown(graded: tuple) -> None:
     out, _rows, _students, _ = graded
-    for s in ("ada", "bob", "cyd", "dan", "eve", "fay", "gus", "hal"):
+    for s in ("ada", "bob", "cyd", "dan", "eve", "fay", "gus", "hal", "ivy", "jon"):
         page = (out / f"{s}.html").read_text()
         assert "Score:" in page
     ada = (out / "ada.html").read_text()
@@ -148,3 +163,26 @@ def test_pages_written_hidden_checks_not_shown(graded: tuple) -> None:
     totals = list(csv.DictReader(io.StringIO((out / "totals.csv").read_text())))
     assert [(t["student"], t["verified"]) for t in totals][:2] == [("ada", "ok"),
                                                                      ("bob", "ok")]
+
+
+def test_check_prints_every_check_and_hides_hidden_values(runs: Path) -> None:
+    """`testbed check` on the reference: every check PASS, exit 0, and the hidden check's
+    interval is not printed (the student sees that it is hidden, not what it expects)."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[3]
+    res = subprocess.run([sys.executable, "-m", "testbed.cli", "check", "--assignment",
+                          "p0_mptcp_gain", str(runs)], capture_output=True, text=True,
+                         cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, timeout=600)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    checks = [c.name for c in load_assignment("p0_mptcp_gain").rubric.check]
+    assert [line.split(":")[0] for line in lines[:len(checks)]] == \
+        [f"PASS {c}" for c in checks], res.stdout
+    hidden = next(line for line in lines if line.startswith("PASS gain-over-tcp"))
+    assert "expected hidden" in hidden and "1.5" not in hidden and "2.2" not in hidden
+    shown = next(line for line in lines if line.startswith("PASS mptcp-goodput"))
+    assert "6" in shown.split("expected", 1)[1] and "8" in shown.split("expected", 1)[1]
+    assert lines[-1] == f"total: {FULL:g} of {FULL:g} points"

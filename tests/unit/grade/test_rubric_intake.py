@@ -20,7 +20,7 @@ from testbed.grade.rubric import ASSIGNMENTS, AssignmentError, load_assignment
 ROOT = Path(__file__).resolve().parents[3]
 
 
-@pytest.mark.parametrize("name", ["p0_mptcp_gain", "p1_spray", "p2_cc"])
+@pytest.mark.parametrize("name", ["p0_mptcp_gain", "p0_handover", "p1_spray", "p2_cc"])
 def test_shipped_assignments_load(name: str) -> None:
     a = load_assignment(name)
     assert a.max_points > 0 and a.specs and (ASSIGNMENTS / name / "questions.md").is_file()
