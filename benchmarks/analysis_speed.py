@@ -258,7 +258,7 @@ STAGES = (("decode", "reader: decode every chunk, keep nothing"),
           ("pipeline", "pipeline: analyze_bundle, every table"))
 
 
-def main() -> None:
+def main() -> int:
     """Build the captures, time each stage in a fresh process, print the table."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--packets", type=int, nargs="+", default=[1_000_000, 10_000_000],
@@ -272,10 +272,11 @@ def main() -> None:
     args = ap.parse_args()
     if args.measure:
         print(json.dumps(measure(args.measure[0], Path(args.measure[1]))))
-        return
+        return 0
     _pin_one_core()
     tmp = Path(tempfile.mkdtemp(prefix="analysis-speed-", dir=args.dir))
     runner = CommandRunner()
+    unmeasured = []
     try:
         print(f"{'capture':>12s}  {'stage':42s} {'pkts/cpu-s':>11s} {'pkts/wall-s':>11s} "
               f"{'RSS MB (+ over imports)':>14s} {'x tshark':>8s}")
@@ -292,7 +293,9 @@ def main() -> None:
                              f"{r['rss_mb']:5.0f} (+{r['rss_mb'] - r['base_rss_mb']:4.0f})"))
             ts = None
             if not shutil.which("tshark"):
-                rows.append(("tshark -T fields (9 fields)", None, None, "not installed"))
+                rows.append(("tshark -T fields (9 fields)", None, None,
+                             "n/a: tshark is not installed (apt-get install tshark)"))
+                unmeasured.append(f"{label}: tshark is not installed")
             elif n > args.tshark_max:
                 rows.append(("tshark -T fields (9 fields)", None, None,
                              f"skipped (> --tshark-max {args.tshark_max})"))
@@ -316,7 +319,12 @@ def main() -> None:
               f"{os.cpu_count()} cores")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    if unmeasured:
+        print(f"analysis_speed: {len(unmeasured)} cell(s) not measured: "
+              f"{'; '.join(unmeasured)}", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

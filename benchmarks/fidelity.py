@@ -272,17 +272,33 @@ def event_latency(runner: CommandRunner, workdir: Path, n: int) -> dict[str, Any
         net.prepare_schedule(events)  # as the runner does, before the time origin
         player = net.play(events, t0=time.time())
         player.join(events[-1].at + 30)
-    lags = [1e3 * (a.t_applied - a.t_planned) for a in player.applied]
+    lags = sorted(1e3 * (a.t_applied - a.t_planned) for a in player.applied
+                  if not a.error)
     errors = [a.error for a in player.applied if a.error]
-    lags.sort()
-    return {"events": len(lags), "errors": len(errors), "mean_ms": statistics.mean(lags),
-            "p95_ms": lags[min(len(lags) - 1, int(0.95 * len(lags)))], "max_ms": lags[-1]}
+    row: dict[str, Any] = {"events": len(player.applied), "errors": len(errors),
+                           "planned": n}
+    if not lags:
+        why = f"n/a: no event applied ({errors[0] if errors else 'none played'})"
+        return {**row, "mean_ms": why, "p95_ms": why, "max_ms": why}
+    return {**row, "mean_ms": statistics.mean(lags),
+            "p95_ms": lags[min(len(lags) - 1, int(0.95 * len(lags)))], "max_ms": lags[-1],
+            **({"error": f"n/a: {len(errors)} of {n} events failed: {errors[0]}"}
+               if errors else {}),
+            **({"missing": f"n/a: {n - len(player.applied)} of {n} events not played"}
+               if len(player.applied) < n else {})}
 
 
 def unmeasured(rows: list[dict[str, Any]]) -> list[str]:
     """Every cell that says why it could not be measured."""
     return [f"{k}: {v}" for r in rows for k, v in r.items()
             if isinstance(v, str) and v.startswith("n/a")]
+
+
+def as_json(row: dict[str, Any]) -> dict[str, Any]:
+    """row for --json: an unmeasured cell is null, and its reason is in ``unmeasured``."""
+    why = {k: v for k, v in row.items() if isinstance(v, str) and v.startswith("n/a")}
+    return {**{k: (None if k in why else v) for k, v in row.items()},
+            "unmeasured": {k: v.removeprefix("n/a: ") for k, v in why.items()}}
 
 
 def _num(v: Any, fmt: str = "{:.2f}") -> str:
@@ -327,13 +343,14 @@ def print_tables(before: list[dict] | None, links: list[dict], paths: list[dict]
                   f"{rtt:>6} ms | {_num(tcp):>10} {share:>8}")
     if lat:
         print("\nTable 3 - schedule events, t_applied - t_planned")
-        print(f"events {lat['events']}, errors {lat['errors']}, mean {lat['mean_ms']:.1f} ms, "
-              f"p95 {lat['p95_ms']:.1f} ms, max {lat['max_ms']:.1f} ms")
+        print(f"events {lat['events']} of {lat['planned']}, errors {lat['errors']}, mean "
+              f"{_num(lat['mean_ms'], '{:.1f}')} ms, p95 {_num(lat['p95_ms'], '{:.1f}')} ms, "
+              f"max {_num(lat['max_ms'], '{:.1f}')} ms")
     tries = [r["tcp_tries"] for r in (before or []) + links + paths
              if isinstance(r.get("tcp_tries"), int)]
     print(f"\niperf3 TCP tests: {len(tries)} measured, {sum(t > 1 for t in tries)} needed "
           f"more than one try ({sum(tries) - len(tries)} retries)")
-    missing = unmeasured((before or []) + links + paths)
+    missing = unmeasured((before or []) + links + paths + ([lat] if lat else []))
     if missing:
         print("\nnot measured:")
         for m in missing:
@@ -385,9 +402,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n({time.time() - t0:.0f} s; kernel {os.uname().release}, "
           f"{os.cpu_count()} CPUs)")
     if args.json:
-        args.json.write_text(json.dumps({"before": before, "links": links, "paths": paths,
-                                         "events": lat}, indent=1))
-    missing = unmeasured((before or []) + links + paths)
+        args.json.write_text(json.dumps({"before": before and [as_json(r) for r in before],
+                                         "links": [as_json(r) for r in links],
+                                         "paths": [as_json(r) for r in paths],
+                                         "events": as_json(lat)}, indent=1))
+    missing = unmeasured((before or []) + links + paths + [lat])
     if missing:
         print(f"fidelity: {len(missing)} cell(s) could not be measured (see above)",
               file=sys.stderr)
