@@ -24,7 +24,7 @@ import pandas as pd
 import pytest
 from studyreports import CHROMIUM, chromium_images, parse, problems
 
-from analysis.evidence import HOLDS
+from analysis.evidence import HOLDS, INCONCLUSIVE
 from analysis.study_report import evaluate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,6 +112,23 @@ def test_quick_study(study: str, studies_out: Path) -> None:
     for fig, prefix in REQUIRED[study] + DOCUMENTED[study]:
         assert any(_matches(c.figure, c.text, [(fig, prefix)]) for c in res.claims), \
             f"claim not evaluated: {fig} {prefix}"
+    # issue 25: every claim says how many runs each part rests on; a part with two or
+    # more runs per side has its 95 % interval, and an interval that holds the line (0
+    # for a difference) makes the part inconclusive, never "holds"
+    for c in res.claims:
+        for e in c.evidence:
+            assert e.n and all(k >= 0 for k in e.n), (c.text, e.record())
+            if e.value != e.value:  # no data
+                continue
+            if min(e.n) >= 2:
+                assert e.low is not None and e.high is not None, (c.text, e.record())
+            if e.low is not None and e.high is not None:
+                line = e.line if e.line is not None else 0.0
+                if e.low <= line <= e.high:
+                    assert e.verdict == INCONCLUSIVE, (c.text, e.record())
+    if study == "p0_wifi_3g":  # its Fig. 2 and Fig. 4 rest on 3 runs per side
+        assert sum(e.low is not None for c in res.claims for e in c.evidence) >= 2, \
+            [c.record() for c in res.claims]
     readme = (folder / "README.md").read_text()
     for c in res.claims:
         if _matches(c.figure, c.text, DOCUMENTED[study]):
