@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.evidence import Estimate, combine
+from testbed.core import safefiles
 from testbed.core.compat import tomllib
 from testbed.core.errors import InputError
 
@@ -85,11 +86,12 @@ def load_paper(study: Path) -> dict[str, Any]:
 
     study: the study folder; raises `InputError` when the file is absent or not TOML.
     """
-    f = study / "paper.toml"
-    if not f.exists():
-        raise InputError(f"{study}: no paper.toml (the paper's numbers)")
+    why: list[str] = []
+    f = safefiles.file_in(study, "paper.toml", why)
+    if f is None:  # absent, or a link / not a regular file: never followed
+        raise InputError(why[0] if why else f"{study}: no paper.toml (the paper's numbers)")
     try:
-        return tomllib.loads(f.read_text())
+        return tomllib.loads(safefiles.read_text(f))
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{f}: {exc}") from None
 

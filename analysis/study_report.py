@@ -16,6 +16,7 @@ made (`analysis.evidence`).  No cell shows a raw dictionary or JSON.
 from __future__ import annotations
 
 import html
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -148,10 +149,18 @@ def _study_table(t: StudyTable) -> str:
 def _fidelity_banner(out: Path) -> str:
     """The fidelity verdicts of every run of the study (each spec's summary.parquet)."""
     verdicts = []
-    for summary in sorted(out.glob("*/summary.parquet")):
+    skipped: list[str] = []  # a linked spec folder or summary is named, never followed
+    folders = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    for name in folders:
+        if safefiles.check(out, out / name, "dir") is not None:
+            continue  # not a spec folder (a file), or a link: study tables skip it too
+        summary = safefiles.file_in(out, f"{name}/summary.parquet", skipped)
+        if summary is None:
+            continue
         try:
-            s = pd.read_parquet(summary)
-        except (OSError, ValueError):
+            s = pd.read_parquet(io.BytesIO(safefiles.read_bytes(summary)))
+        except (OSError, ValueError, InputError):
+            skipped.append(f"skipped {summary}: not a readable parquet table")
             continue
         for _, r in s.iterrows():
             v = r.get("fidelity")
@@ -160,7 +169,11 @@ def _fidelity_banner(out: Path) -> str:
                              v if isinstance(v, str) else "unknown",
                              reasons.split("; ") if isinstance(reasons, str) and reasons
                              else []))
-    return fidelity_banner(verdicts)
+    linked = [f"{n}: a symbolic link (not followed)" for n in folders
+              if (out / n).is_symlink()]
+    notes = "".join(f"<p class=na>{html.escape(w)}</p>" for w in [*skipped, *(
+        f"skipped {out / x}" for x in linked)])
+    return fidelity_banner(verdicts) + notes
 
 
 def write_study_report(study: Path, out: Path, registry: StudyRegistry | None = None) -> Path:

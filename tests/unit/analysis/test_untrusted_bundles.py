@@ -294,3 +294,35 @@ def test_linked_bundle_folders_are_not_bundles(tmp_path):
     df = run_query(out, "SELECT run_id, bytes FROM flows")
     assert df.to_dict("records") == [{"run_id": "r1", "bytes": 1}]
     assert list(runs_frame(out)["run_id"]) == ["r1"]
+
+
+def test_study_fidelity_banner_names_linked_summaries_and_reads_none(tmp_path):
+    """The study report's fidelity banner reads each spec folder's summary.parquet without
+    following links: a linked summary or spec folder is named as skipped, not read."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    pd.DataFrame({"run_id": ["x-r1"], "fidelity": ["fail"],
+                  "fidelity_reasons": ["fail: planted"]}).to_parquet(elsewhere / "s.parquet")
+    out = tmp_path / "study-quick"
+    (out / "good").mkdir(parents=True)
+    pd.DataFrame({"run_id": ["good-r1"], "fidelity": ["ok"],
+                  "fidelity_reasons": [None]}).to_parquet(out / "good" / "summary.parquet")
+    (out / "linked-file").mkdir()
+    (out / "linked-file" / "summary.parquet").symlink_to(elsewhere / "s.parquet")
+    (out / "linked-dir").symlink_to(elsewhere)
+    banner = study_report._fidelity_banner(out)
+    assert "planted" not in banner and "x-r1" not in banner
+    assert f"skipped {out / 'linked-file' / 'summary.parquet'}: a symbolic link" in banner
+    assert f"skipped {out / 'linked-dir'}" in banner
+
+
+def test_a_linked_paper_toml_is_not_read(tmp_path):
+    from analysis.claims import load_paper
+
+    secret = tmp_path / "secret.toml"
+    secret.write_text('[paper]\nid = "P9"\n')
+    study = tmp_path / "study"
+    study.mkdir()
+    (study / "paper.toml").symlink_to(secret)
+    with pytest.raises(InputError, match="symbolic link"):
+        load_paper(study)
