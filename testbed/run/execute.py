@@ -34,6 +34,7 @@ from testbed.core.safefiles import atomic_write_text
 from testbed.plan.flows import flow_sender_hosts, workload_seeds
 from testbed.plan.netplan import NetworkPlan, plan_network
 from testbed.results.bundle import DEFERRED, Bundle
+from testbed.run.diskspace import DiskWatch, capture_estimate, check_free
 from testbed.run.fidelity_data import dp_lost, fidelity_extra, qdisc_drops
 from testbed.run.preflight import ensure_ccs
 from testbed.run.provenance import host_facts, node_dumps
@@ -142,6 +143,10 @@ def execute_run(run: RunPlan, bundle: Bundle, meta: dict[str, Any], phase: Phase
         meta.update(host_facts())
         plan = plan_network(run)
         ensure_ccs(runner, plan.spec)
+        if not recording(runner):  # before anything is built or captured
+            need = capture_estimate(plan)
+            meta["disk"] = {"capture_estimate_bytes": need,
+                            "free_bytes": check_free(bundle.root, need)}
         meta["workload_seeds"] = workload_seeds(plan.spec, plan.seed)
         meta["flows_planned"] = len(plan.flows)
         _run_network(plan, bundle, meta, runner, tl, keeper)
@@ -247,8 +252,11 @@ def _run_network(plan: NetworkPlan, bundle: Bundle, meta: dict[str, Any],
                 name=p.name, src=p.src, dst=p.dst, path=p.path,
                 interval=p.interval, count=p.count, duration=p.duration,
                 size=p.size, bind=p.bind)) for p in plan.pings]
+            disk = DiskWatch(bundle.pcap_dir)
             meta["ended_early"] = _traffic(exp, net, t0, flow_run, ping_runs,
-                                           wait=not recording(runner))
+                                           wait=not recording(runner), disk=disk)
+            if disk.stopped:
+                meta["disk_full"] = disk.stopped
             meta["t_traffic_end"] = time.time()
             tl.enter("teardown")
         finally:
@@ -292,11 +300,13 @@ def _run_network(plan: NetworkPlan, bundle: Bundle, meta: dict[str, Any],
 
 
 def _traffic(exp: Experiment, net: Network, t0: float, flow_run: FlowRun | None,
-             ping_runs: list[tuple[float, PingRun]], wait: bool = True) -> bool:
-    """Wait out the run, starting pings on time; True when it ended early (all done).
+             ping_runs: list[tuple[float, PingRun]], wait: bool = True,
+             disk: DiskWatch | None = None) -> bool:
+    """Wait out the run, starting pings on time; True when it ended early (all done, or
+    the disk nearly full: then ``disk.stopped`` says why).
 
     wait: False in a dry run: the pings start at once, in their order, and nothing is
-    waited for."""
+    waited for; disk: watches the free space under the bundle."""
     end = t0 + exp.duration
     pending = sorted(ping_runs, key=lambda p: p[0])
     if not wait:
@@ -311,6 +321,8 @@ def _traffic(exp: Experiment, net: Network, t0: float, flow_run: FlowRun | None,
             pending.pop(0)[1].start()
         if now >= end:
             return False
+        if disk is not None and disk.low(now):
+            return True
         net.check()
         if exp.stop_when_done and flow_run is not None and finite_flows \
                 and flow_run.wait(timeout=0):

@@ -69,10 +69,11 @@ def run_problems(meta: Mapping[str, Any], planned_at: Iterable[float],
                  applied: Iterable[Mapping[str, Any]]) -> list[str]:
     """Every problem that makes this run ``failed``; [] for a run that did its job.
 
-    meta: the run's metadata (``flows``, ``captures``, ``samplers``, ``t0``,
-    ``t_traffic_end``); planned_at, applied: as for `schedule_problems`.
+    meta: the run's metadata (``disk_full``, ``flows``, ``captures``, ``samplers``,
+    ``t0``, ``t_traffic_end``); planned_at, applied: as for `schedule_problems`.
     """
-    out = flow_problems(meta.get("flows"))
+    out = [str(meta["disk_full"])] if meta.get("disk_full") else []
+    out += flow_problems(meta.get("flows"))
     t0, t_end = meta.get("t0"), meta.get("t_traffic_end")
     if t0 is not None and t_end is not None:
         out += schedule_problems(planned_at, applied, float(t0), float(t_end))

@@ -35,6 +35,7 @@ from testbed.results.bundle import (
     move_aside,
 )
 from testbed.results.summary import fidelity_line, take_analysis, write_summary
+from testbed.run.diskspace import DiskSpaceError
 
 
 def now_iso(t: float | None = None) -> str:
@@ -111,7 +112,8 @@ def run_sweep(plans: list[Any], out: Path, execute: Execute, *, fail_fast: bool 
     with a bundle left ``running`` by a process that died, before it is redone (to
     remove what that run's network left behind).
     A KeyboardInterrupt marks the current run ``interrupted``, updates the summary and is
-    re-raised. A `MissingFeatureError` stops the sweep (every later run would fail too).
+    re-raised. A `MissingFeatureError` or a `DiskSpaceError` stops the sweep (every later run would
+    fail too).
     """
     progress = progress or NoProgress()
     out = Path(out)
@@ -137,7 +139,8 @@ def run_sweep(plans: list[Any], out: Path, execute: Execute, *, fail_fast: bool 
                     report.complete += 1
                     continue
                 report.failed.append((plan.run_id, error or status))
-                if exc is not None and (fail_fast or isinstance(exc, MissingFeatureError)):
+                if exc is not None and (fail_fast or isinstance(
+                        exc, (MissingFeatureError, DiskSpaceError))):
                     raise exc
         except (KeyboardInterrupt, SystemExit):
             report.interrupted = current
