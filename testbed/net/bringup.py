@@ -21,8 +21,9 @@ from testbed.core.errors import CommandError, MissingFeatureError, RunError
 from testbed.core.recording import recording
 from testbed.net import shaping as sh
 from testbed.net.cleanup import parse_link_names
-from testbed.net.nettypes import MnNode, MnSwitch, NodeLookup
+from testbed.net.nettypes import MnNet, MnNode, MnSwitch, NodeLookup
 from testbed.net.steering import rps_command
+from testbed.net.tags import alias_batch
 from testbed.plan.links import PlannedLink
 
 if TYPE_CHECKING:
@@ -70,6 +71,16 @@ def check_bridges(runner: CommandRunner, switches: Sequence[MnSwitch]) -> None:
         raise RunError(f"Open vSwitch has no bridge for {', '.join(missing[:8])} after "
                        "the switches started; see ovs-vswitchd's log "
                        "(/var/log/openvswitch/ovs-vswitchd.log)")
+
+
+def tag_interfaces(runner: CommandRunner, mn: MnNet, tag: str) -> None:
+    """Set the network's tag as the alias of every link end in the root namespace (the
+    switch side; a host's ends go with its namespace), in one ``ip -batch -``: clean-up
+    deletes an interface only while it carries it (`testbed.net.tags`)."""
+    names = [intf.name for link in mn.links for intf in (link.intf1, link.intf2)
+             if intf is not None and not getattr(intf.node, "inNamespace", True)]
+    if names and tag:
+        runner.run(["ip", "-batch", "-"], input=alias_batch(names, tag))
 
 
 def offloads_off(runner: CommandRunner, hosts: Sequence[MnNode]) -> None:

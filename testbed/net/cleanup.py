@@ -12,6 +12,14 @@ adds the nftables tables and the recorded processes (the controller: pid and sta
 time); `keep_ovs_state` saves OVS's view of a failed start.
 Nothing here matches by pattern (never ``mn -c``, ``pkill -f``).
 
+Tags: a manifest carries a tag of its own (`new_tag`), and everything its network makes
+in the root namespace carries it too (`Manifest.label`, ``testbed-net=<tag>``): each
+switch-side veth end as its interface alias, each OVS bridge as ``external_ids``, each
+nftables table as its comment.  The clean-up removes an interface, bridge or table only
+when it still carries the manifest's label, so a name that now belongs to something else
+(another network, another tool) is left alone and reported under ``"untagged"``.  A
+manifest without a tag (written before tags) removes none of them.
+
 Which manifest is trusted: an output folder is anybody's (a bundle may come from someone
 else), so clean-up never acts on the ``network.json`` / ``_kept-network.json`` it finds
 there.  Every `Manifest.write` also writes (atomically) a copy into the testbed's own
@@ -39,6 +47,7 @@ from pathlib import Path
 from testbed.core.commands import CommandRunner
 from testbed.core.errors import InputError, TestbedError
 from testbed.core.safefiles import atomic_write_text
+from testbed.net.tags import TAG_RE, bridge_labels, label_of, link_aliases, new_tag, nft_comments
 
 MANIFEST = "network.json"
 STATE_DIR_ENV = "TESTBED_STATE_DIR"
@@ -82,7 +91,7 @@ def state_copy(path: Path) -> Path:
 
 @dataclass
 class Manifest:
-    """Everything a `Network` created, by name/PID, for exact clean-up."""
+    """Everything a `Network` created, by name/PID and tag, for exact clean-up."""
 
     hosts: dict[str, int] = field(default_factory=dict)       # host -> shell pid
     netns: dict[str, int] = field(default_factory=dict)       # host -> netns inode
@@ -92,7 +101,15 @@ class Manifest:
     nft_tables: list[list[str]] = field(default_factory=list)  # [family, name]
 
     processes: dict[str, list[int]] = field(default_factory=dict)  # name -> [pid, start]
+    # on every resource made (module docstring); looked up per call so tests can fix it
+    tag: str = field(default_factory=lambda: new_tag())
     _written: list[Path] = field(default_factory=list, compare=False, repr=False)
+
+    @property
+    def label(self) -> str:
+        """What this network's interfaces, bridges and tables carry: ``testbed-net=<tag>``
+        ("" for a manifest without a tag: then nothing matches it)."""
+        return label_of(self.tag)
 
     def to_json(self) -> str:
         """The manifest as JSON text (sorted keys)."""
@@ -152,7 +169,7 @@ class Manifest:
         if not isinstance(data, dict):
             raise TypeError("expected a JSON object")
         known = {"hosts", "netns", "switches", "interfaces", "bridges", "nft_tables",
-                 "processes"}
+                 "processes", "tag"}
         if set(data) - known:
             raise TypeError(f"unknown keys {sorted(set(data) - known)}")
         nft = data.get("nft_tables", [])
@@ -166,7 +183,10 @@ class Manifest:
                     isinstance(x, int) and not isinstance(x, bool) for x in v)
                 for v in procs.values()):
             raise TypeError("processes: expected name = [pid, start time]")
-        return cls(hosts=ints(data.get("hosts", {})), netns=ints(data.get("netns", {})),
+        tag = data.get("tag", "")
+        if not isinstance(tag, str) or (tag and not TAG_RE.fullmatch(tag)):
+            raise TypeError("tag: expected 8 to 32 hex digits")
+        return cls(tag=tag, hosts=ints(data.get("hosts", {})), netns=ints(data.get("netns", {})),
                    switches=ints(data.get("switches", {})),
                    interfaces=names(data.get("interfaces", [])),
                    bridges=names(data.get("bridges", [])),
@@ -288,8 +308,9 @@ def remove_leftovers(manifest: Manifest, runner: CommandRunner, fresh: bool = Tr
                      ) -> dict[str, list[str]]:
     """Remove whatever in manifest still exists, by name/PID; return what was removed.
 
-    Interfaces are deleted only if they still exist under their recorded name, bridges
-    only if OVS lists them.  Processes are signalled only while they are in one of the
+    Interfaces are deleted only if they still exist under their recorded name and carry
+    the manifest's label, bridges only if OVS lists them with it (others: ``"untagged"``).
+    Processes are signalled only while they are in one of the
     recorded network namespaces; fresh=False (a manifest from an earlier process)
     trusts a namespace only while its host's Mininet shell is still alive in it, so a
     re-used PID or namespace number is never signalled.
@@ -305,18 +326,29 @@ def remove_leftovers(manifest: Manifest, runner: CommandRunner, fresh: bool = Tr
         if is_mininet_shell(pid, name):
             kill_pids([pid])
             report.setdefault("processes", []).append(f"{pid} ({name})")
-    links = set(parse_link_names(runner.run(["ip", "-o", "link", "show"], record=False,
-                                            timeout=30).stdout))
+    label = manifest.label
+    links = link_aliases(runner.run(["ip", "-j", "link", "show"], check=False, record=False,
+                                    timeout=30).stdout)
     for name in manifest.interfaces:
-        if name in links:
+        if name not in links:
+            continue
+        if label and links[name] == label:
             runner.run(["ip", "link", "del", "dev", name], check=False, timeout=30)
             report.setdefault("interfaces", []).append(name)
+        else:
+            report.setdefault("untagged", []).append(f"interface {name}")
     if manifest.bridges:
-        res = runner.run(["ovs-vsctl", "--timeout=10", "list-br"], check=False, record=False,
-                         timeout=30)
-        for br in sorted(set(res.stdout.split()) & set(manifest.bridges)):
-            runner.run(["ovs-vsctl", "--timeout=10", "--if-exists", "del-br", br], timeout=30)
-            report.setdefault("bridges", []).append(br)
+        res = runner.run(["ovs-vsctl", "--timeout=10", "--format=json",
+                          "--columns=name,external_ids", "list", "Bridge"], check=False,
+                         record=False, timeout=30)
+        have = bridge_labels(res.stdout)
+        for br in sorted(set(have) & set(manifest.bridges)):
+            if label and have[br] == label:
+                runner.run(["ovs-vsctl", "--timeout=10", "--if-exists", "del-br", br],
+                           timeout=30)
+                report.setdefault("bridges", []).append(br)
+            else:
+                report.setdefault("untagged", []).append(f"bridge {br}")
     return report
 
 
@@ -367,8 +399,14 @@ def cleanup_from_manifest(path: Path, runner: CommandRunner | None = None
             kill_pids([pid])
             report.setdefault("processes", []).append(f"{pid} ({name})")
     for family, name in manifest.nft_tables:
-        if runner.ok(["nft", "list", "table", family, name], record=False, timeout=30):
+        res = runner.run(["nft", "list", "table", family, name], check=False, record=False,
+                         timeout=30)
+        if res.returncode != 0:
+            continue  # gone already
+        if manifest.label and nft_comments(res.stdout).get((family, name)) == manifest.label:
             runner.run(["nft", "delete", "table", family, name], timeout=30)
             report.setdefault("nft_tables", []).append(f"{family} {name}")
+        else:
+            report.setdefault("untagged", []).append(f"nft table {family} {name}")
     copy.unlink(missing_ok=True)
     return report

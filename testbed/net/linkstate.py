@@ -237,7 +237,8 @@ class LinkState:
         two = one.changed(bw_bps=2_000_000, delay_s=0.02, loss_pct=0.0)
         try:
             runner.run(["ip", "link", "add", a, "type", "veth", "peer", "name", b])
-            ip.run([["ip", "link", "set", "dev", a, "up"], ["ip", "link", "set", "dev", b, "up"]])
+            ip.run([["ip", "link", "set", "dev", a, "alias", self._record.manifest.label],
+                    ["ip", "link", "set", "dev", a, "up"], ["ip", "link", "set", "dev", b, "up"]])
             tc.run(sh.setup_commands(a, one))
             tc.run(sh.change_commands(a, one, two))
             ip.run([["ip", "link", "set", "dev", a, "down"], ["ip", "link", "set", "dev", a, "up"]])

@@ -60,19 +60,21 @@ class ControllerTarget:
         return f"<ControllerTarget {self.ip}:{self.port}>"
 
 
-def switch_class(controller: ControllerHook | None) -> partial[ProbedOVSSwitch]:
+def switch_class(controller: ControllerHook | None, tag: str | None = None
+                 ) -> partial[ProbedOVSSwitch]:
     """The switch constructor Mininet gets: standalone without a controller, secure
-    with one (its ``protocols`` and ``inactivity_probe_ms``)."""
+    with one (its ``protocols`` and ``inactivity_probe_ms``); tag: the network's, set on
+    every bridge."""
     from testbed.net.mininet_nodes import ProbedOVSSwitch
 
     # batch: every bridge in one ovs-vsctl transaction (`ProbedOVSSwitch.batchStartup`)
     if controller is None:
         return partial(ProbedOVSSwitch, datapath="kernel", failMode="standalone",
-                       batch=True)
+                       batch=True, tag=tag)
     protocols = getattr(controller, "protocols", "OpenFlow13")
     probe = getattr(controller, "inactivity_probe_ms", None)
     return partial(ProbedOVSSwitch, datapath="kernel", failMode="secure",
-                   protocols=protocols, inactivity_probe_ms=probe, batch=True)
+                   protocols=protocols, inactivity_probe_ms=probe, batch=True, tag=tag)
 
 
 def prepare_ovs(runner: CommandRunner, topo: Topo) -> None:
@@ -93,12 +95,13 @@ def prepare_ovs(runner: CommandRunner, topo: Topo) -> None:
         OVSSwitch.isSetup = True
 
 
-def make_mininet(runner: CommandRunner, topo: Topo, controller: ControllerHook | None
-                 ) -> MnNet:
+def make_mininet(runner: CommandRunner, topo: Topo, controller: ControllerHook | None,
+                 tag: str | None = None) -> MnNet:
     """Mininet's network for topo, not built yet (nothing exists until ``build()``).
 
     runner: runs the OVS version check; controller: None (standalone switches) or the
-    hook whose ``port`` (default 6653) the switches connect to.  With a recording runner
+    hook whose ``port`` (default 6653) the switches connect to; tag: the network's, which
+    every bridge carries (`testbed.net.tags`).  With a recording runner
     (a dry run) a `testbed.net.recorded_mininet.RecordedMininet`."""
     prepare_ovs(runner, topo)
     if recording(runner):  # a dry run: nothing may be made
@@ -110,7 +113,7 @@ def make_mininet(runner: CommandRunner, topo: Topo, controller: ControllerHook |
 
     from testbed.net.mininet_nodes import QuickHost, QuickIntf
 
-    mn = Mininet(topo=topo, switch=switch_class(controller), host=QuickHost,
+    mn = Mininet(topo=topo, switch=switch_class(controller, tag), host=QuickHost,
                  link=Link, intf=QuickIntf, controller=None, build=False,
                  autoSetMacs=True, cleanup=False, waitConnected=False)
     if controller is not None:

@@ -26,6 +26,7 @@ from mininet.node import Host, OVSSwitch
 
 from testbed.core.commands import CommandRunner
 from testbed.core.errors import CommandTimeout, RunError, TestbedError
+from testbed.net.tags import bridge_option
 
 if TYPE_CHECKING:
     from testbed.net.nettypes import MnController, MnLink, MnNode
@@ -280,9 +281,11 @@ class ProbedOVSSwitch(BoundedCmd, OVSSwitch):
     programmed is too late for that.  inactivity_probe_ms: None keeps OVS's default.
     """
 
-    def __init__(self, name: str, inactivity_probe_ms: int | None = None, **params: object):
+    def __init__(self, name: str, inactivity_probe_ms: int | None = None,
+                 tag: str | None = None, **params: object):
         super().__init__(name, **params)
         self.inactivity_probe_ms = inactivity_probe_ms
+        self.tag = tag  # the network's tag, set on the bridge (`testbed.net.tags`)
         self.vsctl_errors: list[str] = []  # outputs of ovs-vsctl calls that failed
 
     def vsctl(self, *args: object, **kwargs: object) -> str | None:
@@ -293,6 +296,11 @@ class ProbedOVSSwitch(BoundedCmd, OVSSwitch):
         if isinstance(out, str) and is_vsctl_error(out):
             self.vsctl_errors.append(out.strip())
         return out
+
+    def bridgeOpts(self) -> str:
+        """Mininet's bridge options, plus the network's tag in ``external_ids``."""
+        opts = super().bridgeOpts()
+        return f"{opts} {bridge_option(self.tag)}" if self.tag else opts
 
     def start(self, controllers: list[MnController]) -> None:
         """Mininet's start, but a failed ``ovs-vsctl`` is not ignored.

@@ -166,11 +166,12 @@ class Network:
         return self
 
     def _build(self) -> None:
-        self.mn = make_mininet(self.runner, self.topo, self.controller)
+        self.mn = make_mininet(self.runner, self.topo, self.controller, self.manifest.tag)
         try:
             self.mn.build()
         finally:
             self.record.note_nodes(self.mn)
+        bringup.tag_interfaces(self.runner, self.mn, self.manifest.tag)
 
     def _start_switches(self) -> None:
         ctl = self.controller

@@ -1,5 +1,6 @@
 """The nftables tables a network holds for its controller (spray's mark tables): made
-in one ``nft -f -``, recorded in the manifest first, and deleted by name at the end."""
+in one ``nft -f -``, recorded in the manifest first, tagged with the network's tag
+(`testbed.net.tags`), and deleted by name at the end while they carry it."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Sequence
 from testbed.core.commands import CommandRunner
 from testbed.core.errors import RunError
 from testbed.net.record import NetworkRecord
+from testbed.net.tags import nft_comment_line, nft_comments
 
 
 def parse_nft_tables(text: str) -> set[tuple[str, str]]:
@@ -34,17 +36,21 @@ def add_tables(runner: CommandRunner, record: NetworkRecord,
                        "ours (delete them by hand if a previous run left them)")
     record.manifest.nft_tables.extend([f, n] for f, n, _b in tables)
     record.write()
-    script = "".join(f"table {f} {n} {{\n{b}\n}}\n" for f, n, b in tables)
+    tag = nft_comment_line(record.manifest.tag)  # clean-up deletes only tagged tables
+    script = "".join(f"table {f} {n} {{\n{tag}\n{b}\n}}\n" for f, n, b in tables)
     runner.run(["nft", "-f", "-"], input=script)
 
 
 def delete_tables(runner: CommandRunner, record: NetworkRecord) -> None:
-    """Delete the tables record's manifest lists that still exist (one ``nft -f -``),
-    then forget them all."""
+    """Delete the tables record's manifest lists that still exist and carry its tag (one
+    ``nft list ruleset``, one ``nft -f -``), then forget them all; a recorded name that
+    now holds an untagged table is left alone."""
     if not record.manifest.nft_tables:
         return
-    existing = parse_nft_tables(runner.run(["nft", "list", "tables"], record=False).stdout)
-    ours = [(f, n) for f, n in record.manifest.nft_tables if (f, n) in existing]
+    label = record.manifest.label
+    existing = nft_comments(runner.run(["nft", "list", "ruleset"], record=False).stdout)
+    ours = [(f, n) for f, n in record.manifest.nft_tables
+            if label and existing.get((f, n)) == label]
     if ours:
         runner.run(["nft", "-f", "-"],
                    input="".join(f"delete table {f} {n}\n" for f, n in ours))

@@ -58,7 +58,7 @@ class SystemAnswers:
         self.kernel = kernel
         self.loaded: list[str] = []  # congestion controls a recorded modprobe provided
         self.sysctl: dict[tuple[str, str], str] = {}
-        self.tables: set[tuple[str, str]] = set()
+        self.tables: dict[tuple[str, str], str] = {}  # made -> its comment line
         self.rules: dict[str, list[tuple[str, str, str]]] = {}  # per namespace
         self.bridges_asked = False
 
@@ -87,13 +87,20 @@ class SystemAnswers:
             return "".join(f"{p}:\tfrom {s} lookup {t}\n" for p, s, t in self.rules.get(where, []))
         if argv == ["nft", "list", "tables"]:
             return "".join(f"table {f} {n}\n" for f, n in sorted(self.tables))
+        if argv == ["nft", "list", "ruleset"]:  # with each table's comment (its tag)
+            return "".join(f"table {f} {n} {{\n" + (f"\t{c}\n" if c else "") + "}\n"
+                           for (f, n), c in sorted(self.tables.items()))
         if argv[:2] == ["nft", "-f"] and input:
+            last: tuple[str, str] | None = None
             for line in input.splitlines():
                 words = line.split()
                 if len(words) >= 3 and words[0] == "table":
-                    self.tables.add((words[1], words[2]))
+                    last = (words[1], words[2])
+                    self.tables[last] = ""
+                elif last is not None and words[:1] == ["comment"]:
+                    self.tables[last] = line.strip()
                 elif len(words) >= 4 and words[:2] == ["delete", "table"]:
-                    self.tables.discard((words[2], words[3]))
+                    self.tables.pop((words[2], words[3]), None)
         return ""
 
     def _sysctl(self, args: list[str], where: str) -> str:

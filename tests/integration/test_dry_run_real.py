@@ -5,11 +5,12 @@ A small multi-path MPTCP run with a bulk transfer, a ping, an ``ss`` sampler, ca
 and a link schedule (a rate change and a link taken down) runs for real; its
 ``transcript.jsonl`` must hold exactly the commands the dry run records for it, each as
 often, with the same namespace, stdin and schedule time.  Process ids (``mnexec -a``),
-the warm-up veth's pid-based name and the flow tool's start-signal file name are the
-only things set aside.  The run builds and stops its own network (``--fresh-networks``):
-a network kept for the next run puts back, at the end of a run, what the run changed in
-its hosts (routes, MPTCP limits and endpoints) after reading their state, and those
-restoring commands depend on the kernel's answers, which a dry run does not have.
+the warm-up veth's pid-based name, the flow tool's start-signal file name and the
+network's tag (`testbed.net.tags`) are the only things set aside.  The run builds and
+stops its own network (``--fresh-networks``): a network kept for the next run puts
+back, at the end of a run, what the run changed in its hosts (routes, MPTCP limits and
+endpoints) after reading their state, and those restoring commands depend on the
+kernel's answers, which a dry run does not have.
 
     testbed vm -- .venv/bin/pytest -m integration tests/integration/test_dry_run_real.py
 """
@@ -76,7 +77,8 @@ interval = "500ms"
 
 PID = re.compile(r"^\d+$")
 NAMES = [(re.compile(r"tbw\d+"), "tbwPID"),                       # warm-up veth (pid)
-         (re.compile(r"testbed-go-[^/]+/go"), "testbed-go-ID/go")]  # start-signal file
+         (re.compile(r"testbed-go-[^/]+/go"), "testbed-go-ID/go"),  # start-signal file
+         (re.compile(r"testbed-net=[0-9a-f]+"), "testbed-net=TAG")]  # each network's tag
 
 
 def normal(entry: dict) -> tuple:
@@ -84,10 +86,11 @@ def normal(entry: dict) -> tuple:
     argv = list(entry["argv"])
     if argv[:2] == ["mnexec", "-a"] and PID.match(argv[2]):
         argv[2] = "PID"
-    text = json.dumps(argv)
+    text, stdin = json.dumps(argv), entry.get("input")
     for pattern, repl in NAMES:
         text = pattern.sub(repl, text)
-    return (entry["kind"], entry["where"], text, entry.get("input"), entry.get("at"))
+        stdin = pattern.sub(repl, stdin) if stdin else stdin
+    return (entry["kind"], entry["where"], text, stdin, entry.get("at"))
 
 
 def test_a_dry_run_lists_the_commands_of_the_real_run(tmp_path: Path) -> None:

@@ -42,24 +42,40 @@ def test_is_mininet_shell_checks_the_cmdline() -> None:
 
 # -- trusted manifests (issue 19) --------------------------------------------------------
 
+TAG = "0123456789abcdef"
+LABEL = f"testbed-net={TAG}"
+
+
 class RecordingRunner:
-    """Answers `ip -o link show` / `ovs-vsctl list-br` as if everything existed; records
+    """Answers `ip -j link show`, `ovs-vsctl ... list Bridge` and `nft list table` as if
+    everything existed, each carrying its label (name -> label; "" for none); records
     every command, so a test sees what a clean-up would delete."""
 
-    def __init__(self, links=("s1-eth1", "eth0"), bridges=("s1", "br-ex")):
+    def __init__(self, links=None, bridges=None, tables=None):
         self.cmds: list[list[str]] = []
-        self.links, self.bridges = links, bridges
+        self.links = links if links is not None else {"s1-eth1": LABEL, "eth0": ""}
+        self.bridges = bridges if bridges is not None else {"s1": LABEL, "br-ex": ""}
+        self.tables = tables if tables is not None else {}
 
     def run(self, argv, **_kw):
         from testbed.core.commands import Result
 
         self.cmds.append(list(argv))
-        out = ""
-        if argv[:3] == ["ip", "-o", "link"]:
-            out = "".join(f"{i}: {n}: <UP>\n" for i, n in enumerate(self.links, 1))
-        elif "list-br" in argv:
-            out = "\n".join(self.bridges)
-        return Result(list(argv), 0, out, "", 0.0)
+        out, rc = "", 0
+        if argv[:3] == ["ip", "-j", "link"]:
+            out = json.dumps([{"ifname": n, **({"ifalias": a} if a else {})}
+                              for n, a in self.links.items()])
+        elif argv[-2:] == ["list", "Bridge"]:
+            out = json.dumps({"headings": ["name", "external_ids"], "data": [
+                [n, ["map", [["testbed-net", a.split("=", 1)[1]]] if a else []]]
+                for n, a in self.bridges.items()]})
+        elif argv[:3] == ["nft", "list", "table"]:
+            key = (argv[3], argv[4])
+            if key not in self.tables:
+                return Result(list(argv), 1, "", "No such file or directory", 0.0)
+            comment = f'\tcomment "{self.tables[key]}"\n' if self.tables[key] else ""
+            out = f"table {key[0]} {key[1]} {{\n{comment}\tchain c {{\n\t}}\n}}\n"
+        return Result(list(argv), rc, out, "", 0.0)
 
     def ok(self, argv, **_kw):
         self.cmds.append(list(argv))
@@ -82,7 +98,7 @@ def test_a_planted_manifest_without_a_trusted_copy_removes_nothing(tmp_path):
 
 def test_only_the_trusted_copy_is_acted_on(tmp_path):
     path = tmp_path / "network.json"
-    cl.Manifest(interfaces=["s1-eth1"], bridges=["s1"]).write(path)
+    cl.Manifest(interfaces=["s1-eth1"], bridges=["s1"], tag=TAG).write(path)
     path.write_text(json.dumps({"interfaces": ["eth0"], "bridges": ["br-ex"]}))  # tampered
     runner = RecordingRunner()
     report = cl.cleanup_from_manifest(path, runner)
@@ -91,6 +107,57 @@ def test_only_the_trusted_copy_is_acted_on(tmp_path):
     assert "differs" in report["untrusted"][0]
     assert not cl.state_copy(path).exists()  # used once, then forgotten
     assert cl.cleanup_from_manifest(path, RecordingRunner())["untrusted"]
+
+
+def test_only_what_carries_the_manifests_tag_is_removed(tmp_path):
+    """A recorded name that now holds an interface, bridge or table without this
+    network's tag (another network's, another tool's, or none) is left alone and named."""
+    path = tmp_path / "network.json"
+    cl.Manifest(interfaces=["s1-eth1", "s2-eth1", "eth0"], bridges=["s1", "s2", "br-ex"],
+                nft_tables=[["netdev", "spray_s1"], ["netdev", "spray_s2"],
+                            ["inet", "fw"]], tag=TAG).write(path)
+    other = "testbed-net=fedcba9876543210"
+    runner = RecordingRunner(links={"s1-eth1": LABEL, "s2-eth1": other, "eth0": ""},
+                             bridges={"s1": LABEL, "s2": other, "br-ex": ""},
+                             tables={("netdev", "spray_s1"): LABEL,
+                                     ("netdev", "spray_s2"): other, ("inet", "fw"): ""})
+    report = cl.cleanup_from_manifest(path, runner)
+    assert runner.deletions() == [
+        ["ip", "link", "del", "dev", "s1-eth1"],
+        ["ovs-vsctl", "--timeout=10", "--if-exists", "del-br", "s1"],
+        ["nft", "delete", "table", "netdev", "spray_s1"]]
+    assert sorted(report["untagged"]) == ["bridge br-ex", "bridge s2", "interface eth0",
+                                          "interface s2-eth1", "nft table inet fw",
+                                          "nft table netdev spray_s2"]
+
+
+def test_a_manifest_without_a_tag_removes_no_interface_bridge_or_table(tmp_path):
+    path = tmp_path / "network.json"
+    cl.Manifest(interfaces=["s1-eth1"], bridges=["s1"], nft_tables=[["netdev", "spray_s1"]],
+                tag="").write(path)
+    assert "tag" in json.loads(path.read_text())
+    runner = RecordingRunner(tables={("netdev", "spray_s1"): LABEL})
+    cl.cleanup_from_manifest(path, runner)
+    assert runner.deletions() == []
+
+
+def test_tag_parsers_on_the_tools_output():
+    from testbed.net import tags
+
+    assert tags.link_aliases('[{"ifname":"s1-eth1","ifalias":"testbed-net=ab12cd34"},'
+                             '{"ifname":"lo"}]') == {"s1-eth1": "testbed-net=ab12cd34",
+                                                     "lo": ""}
+    assert tags.link_aliases("not json") == {}
+    vsctl = ('{"data":[["s1",["map",[["testbed-net","ab12cd34"]]]],["br0",["map",[]]]],'
+             '"headings":["name","external_ids"]}')
+    assert tags.bridge_labels(vsctl) == {"s1": "testbed-net=ab12cd34", "br0": ""}
+    ruleset = ('table netdev spray_s1 {\n\tcomment "testbed-net=ab12cd34"\n\tchain c {\n'
+               '\t}\n}\ntable inet fw {\n\tchain input {\n\t}\n}\n')
+    assert tags.nft_comments(ruleset) == {("netdev", "spray_s1"): "testbed-net=ab12cd34",
+                                          ("inet", "fw"): ""}
+    assert tags.alias_batch(["s1-eth1"], "ab12cd34") == \
+        "link set dev s1-eth1 alias testbed-net=ab12cd34\n"
+    assert tags.TAG_RE.fullmatch(tags.new_tag())
 
 
 def test_manifest_write_is_atomic_and_keeps_one_trusted_copy(tmp_path, _private_state_dir):
@@ -106,7 +173,7 @@ def test_manifest_write_is_atomic_and_keeps_one_trusted_copy(tmp_path, _private_
 
 @pytest.mark.parametrize("bad", [[], {"hosts": {"h1": "1; rm"}}, {"bridges": "s1"},
                                  {"nft_tables": [["inet"]]}, {"evil": 1},
-                                 {"processes": {"c": [1]}}])
+                                 {"processes": {"c": [1]}}, {"tag": "../x"}, {"tag": 7}])
 def test_malformed_manifests_are_refused(tmp_path, bad):
     p = tmp_path / "m.json"
     p.write_text(json.dumps(bad))
