@@ -161,6 +161,20 @@ def test_quick_study_report_loads_in_chromium(study: str, studies_out: Path,
     assert broken == 0, f"{broken} images did not decode"
 
 
+@pytest.mark.parametrize("spec", ["p0_wifi_3g-quick/paths", "p1_fattree_spray-quick/static"])
+def test_a_sweep_report_is_drawn_and_loads_in_chromium(spec: str, studies_out: Path,
+                                                        tmp_path: Path) -> None:
+    """A spec folder's sweep report (issue 21): its figures exist and are drawn, no table
+    cell holds JSON, and headless Chromium decodes every image in it."""
+    report = studies_out / spec / "report.html"
+    assert parse(report).images, f"{report}: no figures"
+    assert problems(report) == []
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    images, broken = chromium_images(report, tmp_path)
+    assert images == len(parse(report).images) > 0 and broken == 0, (images, broken)
+
+
 def test_p0_runs_share_networks_and_each_finds_it_as_configured(studies_out: Path) -> None:
     """Network reuse on a real study (`testbed.run.reuse`): P0's heavy-load, outage and
     paths specs (MPTCP and TCP runs, cubic and reno, a schedule that takes the WiFi down)
