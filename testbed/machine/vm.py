@@ -280,6 +280,30 @@ def vng_argv(vng: str, kernel: Path, memory: str, cpus: int, kvm: bool, inner: s
     return [*argv, "--", inner]
 
 
+# virtme-ng hands the guest its command base64-encoded on the kernel command line, which
+# x86 Linux truncates at 2048 bytes (COMMAND_LINE_SIZE): a longer script (mounts, the
+# environment, a long `testbed run` line) arrived cut and the guest hung at boot.  So the
+# script goes into a file the guest reads (`guest_script`), and the line only names it.
+SCRIPT_DIR_NAME = "vm-scripts"
+
+
+def guest_script(inner: str, folder: Path) -> tuple[Path, str]:
+    """Write the guest's shell script into a fresh private file under folder (which the
+    guest sees: not under /tmp or /run); return it and the short line that runs it."""
+    import tempfile
+
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix="guest-", suffix=".sh", dir=folder)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(inner + "\n")
+    return Path(name), f"sh {shlex.quote(name)}"
+
+
+def script_folder() -> Path:
+    """Where `guest_script` writes (beside the KVM probe's cache, in the home folder)."""
+    return _cache_file().parent / SCRIPT_DIR_NAME
+
+
 def writable_mounts(trees: list[tuple[str, str]]) -> str:
     """The guest shell line that mounts the writable trees over the private overlay and
     enters the working directory again (the shell started in the overlay's copy).
@@ -370,9 +394,13 @@ def run_in_vm(cmd: list[str], kernel: Path | None = None, memory: str = "2G", cp
         lines = [writable_mounts(writable), output_mounts(outs), record_mounts(records),
                  cached_mounts(cached),
                  guest_command(cmd, accel="kvm" if use_kvm else "tcg")]
-        inner = "; ".join(line for line in lines if line)
-        rc = runner.call(vng_argv(vng, image, memory, cpus, use_kvm, inner, cached,
-                                  writable + outs + records), env=vng_env(), relay=True)
+        script, line = guest_script("; ".join(line for line in lines if line),
+                                    script_folder())
+        try:
+            rc = runner.call(vng_argv(vng, image, memory, cpus, use_kvm, line, cached,
+                                      writable + outs + records), env=vng_env(), relay=True)
+        finally:
+            script.unlink(missing_ok=True)
     finally:
         with contextlib.suppress(ValueError):
             signal.signal(signal.SIGTERM, previous)

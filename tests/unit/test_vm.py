@@ -114,3 +114,21 @@ def test_a_results_folder_qemu_cannot_name_is_refused_before_boot(tmp_path, monk
     with pytest.raises(InputError, match="plain path"):
         vm.output_trees([tmp_path / "a,b"], shared=[])
     assert not (tmp_path / "a,b").exists()
+
+
+def test_the_guest_script_travels_in_a_file_not_on_the_kernel_command_line(tmp_path):
+    """vng puts the guest's command, base64-encoded, on the kernel command line, which
+    x86 Linux cuts at 2048 bytes; a long script (a `testbed run` with its mounts) arrived
+    cut and the guest hung at boot.  The script goes into a private file instead, and
+    the command line only names it, however long the script is."""
+    import base64
+    import stat
+
+    inner = "; ".join(f"mount -t 9p tb_{i} /mnt/{'x' * 60}{i}" for i in range(60))
+    assert len(base64.b64encode(inner.encode())) > 2048
+    script, line = vm.guest_script(inner, tmp_path / "scripts")
+    assert script.read_text() == inner + "\n"
+    assert stat.S_IMODE(script.stat().st_mode) == 0o600
+    assert stat.S_IMODE(script.parent.stat().st_mode) == 0o700
+    assert line == f"sh {script}" and len(base64.b64encode(line.encode())) < 300
+    assert not vm._is_private(str(vm.script_folder()))  # the guest sees it as it is
