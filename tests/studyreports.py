@@ -80,16 +80,47 @@ _PROBE = ("<script>window.addEventListener('load', () => {const i = [...document
           "i.filter(x => !x.complete || x.naturalWidth === 0).length;});</script>")
 
 
+# the same for inline SVG figures (sweep reports): how many, and how many were drawn at
+# no size or hold nothing drawn
+_SVG_PROBE = ("<script>window.addEventListener('load', () => {const s = [...document."
+              "querySelectorAll('svg')].filter(x => !x.parentElement.closest('svg')); "
+              "document.body.dataset.svgs = s.length; document.body.dataset.empty = "
+              "s.filter(x => {const r = x.getBoundingClientRect(); return r.width === 0 || "
+              "r.height === 0 || !x.querySelector('path, line, polyline, rect');}).length;"
+              "});</script>")
+
+
+def chromium_svgs(page: Path, tmp: Path) -> tuple[int, int]:
+    """(inline SVG figures, those drawn at no size or empty) of page in headless
+    Chromium, loaded as `chromium_images` loads it."""
+    dom = _load(page, tmp, _SVG_PROBE)
+    svgs = re.search(r'data-svgs="(\d+)"', dom)
+    empty = re.search(r'data-empty="(\d+)"', dom)
+    assert svgs and empty, f"{page.name} did not finish loading in Chromium"
+    return int(svgs.group(1)), int(empty.group(1))
+
+
 def chromium_images(page: Path, tmp: Path) -> tuple[int, int]:
     """(images, images that did not decode) of page loaded in headless Chromium.  The
     page is loaded from a copy in tmp with a ``<base>`` at its own folder, so the folder
     is left as it was."""
+    dom = _load(page, tmp, _PROBE)
+    images = re.search(r'data-images="(\d+)"', dom)
+    broken = re.search(r'data-broken="(\d+)"', dom)
+    assert images and broken, f"{page.name} did not finish loading in Chromium"
+    return int(images.group(1)), int(broken.group(1))
+
+
+def _load(page: Path, tmp: Path, probe_js: str) -> str:
+    """The DOM of a copy of page (in tmp, ``<base>`` at page's folder, probe_js added)
+    after headless Chromium loaded it."""
     from testbed.core.commands import CommandRunner
 
     assert CHROMIUM is not None
     base = page.parent.resolve().as_uri() + "/"
     text = page.read_text(encoding="utf-8").replace(
-        "<head>", f'<head><base href="{base}">', 1).replace("</body>", _PROBE + "</body>", 1)
+        "<head>", f'<head><base href="{base}">', 1).replace("</body>", probe_js + "</body>",
+                                                            1)
     probe = tmp / f"probe-{page.name}"
     probe.write_text(text, encoding="utf-8")
     with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
@@ -99,7 +130,4 @@ def chromium_images(page: Path, tmp: Path) -> tuple[int, int]:
              "--disable-component-update", "--allow-file-access-from-files",
              f"--user-data-dir={profile}", "--virtual-time-budget=10000", "--dump-dom",
              probe.resolve().as_uri()], timeout=120).stdout
-    images = re.search(r'data-images="(\d+)"', dom)
-    broken = re.search(r'data-broken="(\d+)"', dom)
-    assert images and broken, f"{page.name} did not finish loading in Chromium"
-    return int(images.group(1)), int(broken.group(1))
+    return dom

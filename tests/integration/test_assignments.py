@@ -57,9 +57,10 @@ def made(studies_out: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[st
     assert len(reno) == 1 and len(no_spray) == 2
     # every repetition of both TCP workloads (P0 quick repeats paths.toml)
     assert {_param(b, "workload.0")["name"] for b in tcp_only} == {"tcp-wifi", "tcp-cell"}
-    # the outage's TCP sweep point alone (a WiFi flow and its reconnect over 3G)
+    # the outage's TCP sweep point alone (a WiFi flow and its reconnect over 3G; the
+    # sweep swaps the whole workload list)
     outage_tcp = [b for b in outage.values()
-                  if (_param(b, "workload.0") or {}).get("protocol") == "tcp"]
+                  if ((_param(b, "workload") or [{}])[0]).get("protocol") == "tcp"]
     assert len(outage) == 2 and len(outage_tcp) == 1
     return {
         "p2_cc/ref": _submission(tmp / "p2-ref", [*cc.values(), *loss.values()]),

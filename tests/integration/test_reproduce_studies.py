@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from studyreports import CHROMIUM, chromium_images, parse, problems
+from studyreports import CHROMIUM, chromium_images, chromium_svgs, is_blank, parse, problems
 
 from analysis.evidence import HOLDS, INCONCLUSIVE
 from analysis.study_report import evaluate
@@ -164,15 +164,21 @@ def test_quick_study_report_loads_in_chromium(study: str, studies_out: Path,
 @pytest.mark.parametrize("spec", ["p0_wifi_3g-quick/paths", "p1_fattree_spray-quick/static"])
 def test_a_sweep_report_is_drawn_and_loads_in_chromium(spec: str, studies_out: Path,
                                                         tmp_path: Path) -> None:
-    """A spec folder's sweep report (issue 21): its figures exist and are drawn, no table
-    cell holds JSON, and headless Chromium decodes every image in it."""
+    """A spec folder's sweep report (issue 21): its figures (inline SVG, each also kept as
+    figures/*.png and *.svg) are there and drawn, no table cell holds JSON, and headless
+    Chromium draws every figure at a size, with something in it."""
     report = studies_out / spec / "report.html"
-    assert parse(report).images, f"{report}: no figures"
+    text = report.read_text(encoding="utf-8")
+    figures = text.count("<svg")
+    pngs = sorted((report.parent / "figures").glob("*.png"))
+    assert figures > 0 and pngs, f"{report}: no figures"
+    assert not [p.name for p in pngs if is_blank(p)]
     assert problems(report) == []
     if CHROMIUM is None:
         pytest.skip("chromium is not installed (apt-get install chromium)")
-    images, broken = chromium_images(report, tmp_path)
-    assert images == len(parse(report).images) > 0 and broken == 0, (images, broken)
+    drawn, empty = chromium_svgs(report, tmp_path)
+    assert drawn == figures and empty == 0, (drawn, figures, empty)
+    print(f"\nFIGURES {spec} sweep report in Chromium: {drawn} figures drawn")
 
 
 def test_p0_runs_share_networks_and_each_finds_it_as_configured(studies_out: Path) -> None:
