@@ -10,9 +10,9 @@ value per run and side, Welch's 95 % interval over the repetitions; analysis.evi
 Fig. 2: the best MPTCP workload against the best TCP one (each picked by its mean).
 Fig. 5: MPTCP's mean rate over the outage against TCP's; it says nothing about gaps
 inside the outage (the figure shows them; a 1 s stall does not change the verdict).
-The quick specs repeat ``paths`` and ``subflows`` 3 times; ``heavy_load`` and ``outage``
-run once per point, so their claims are decided by the one-repetition rule (the gap
-must be >= 10 %; it was +110 % and +50 % in the CI runs so far) -- see README.md.
+The quick specs repeat every point 3 times, so each claim is decided by its 95 % interval
+(on one repetition, as a full spec may run, by the one-repetition rule: the gap must be
+>= 10 %) -- see README.md.
 """
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ def made(studies_out: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[st
     # sweep swaps the whole workload list)
     outage_tcp = [b for b in outage.values()
                   if ((_param(b, "workload") or [{}])[0]).get("protocol") == "tcp"]
-    assert len(outage) == 2 and len(outage_tcp) == 1
+    assert outage_tcp and len(outage) == 2 * len(outage_tcp)  # both points, each repeated
     return {
         "p2_cc/ref": _submission(tmp / "p2-ref", [*cc.values(), *loss.values()]),
         "p2_cc/wrong": _submission(tmp / "p2-wrong", [*reno, *loss.values()]),
