@@ -15,6 +15,10 @@ hosts can run different congestion controls.  Two things are global:
   sysctl fails with EPERM).  `ensure_cc` therefore adds the name to that list when it
   is missing (this only widens what unprivileged sockets may choose; it stays after
   the run and is reported by `apply_tcp`).
+* the coupled MPTCP controls (``lia``, ``olia``, ``balia``, ``wvegas``) are BPF programs
+  that `testbed.host.coupled.loader.CoupledControls` registers for the run; `ensure_cc`
+  only checks that this machine can build and load them (`coupled_problems`).  They are
+  not restricted, so no namespace needs them in the allowed list.
 * ``net.core.*mem_max`` (caps on ``SO_RCVBUF``/``SO_SNDBUF``) are global; the caps
   here use ``tcp_rmem``/``tcp_wmem`` (per namespace), which bound buffer autotuning.
 
@@ -39,6 +43,8 @@ from typing import Any
 from testbed.core.commands import CommandRunner
 from testbed.core.errors import CommandError, InputError, UnsupportedError
 from testbed.core.transcript import Namespaced
+from testbed.machine.bpf_support import coupled_problems
+from testbed.spec.model import COUPLED_CCS
 from testbed.spec.sysctl import check_sysctls
 
 AVAILABLE_CC = "net.ipv4.tcp_available_congestion_control"
@@ -106,6 +112,12 @@ def ensure_cc(runner: CommandRunner, cc: str, key: str = "transport.cc") -> list
     """
     check_cc_name(cc, key)
     have = available_ccs(runner)
+    if cc in COUPLED_CCS:  # BPF programs the run registers (testbed.host.coupled)
+        problems = coupled_problems()
+        if problems:
+            raise UnsupportedError(f"{key}: coupled congestion control {cc!r} cannot run "
+                                   f"here: {'; '.join(problems)}")
+        return have
     if cc not in have:
         runner.ok(modprobe_cc_argv(cc))
         have = available_ccs(runner)

@@ -38,7 +38,6 @@ import json
 import os
 import shutil
 import signal
-import stat
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -47,42 +46,15 @@ from pathlib import Path
 from testbed.core.commands import CommandRunner
 from testbed.core.errors import InputError, TestbedError
 from testbed.core.safefiles import atomic_write_text
+from testbed.core.statedir import (  # noqa: F401
+    ROOT_STATE_DIR,
+    STATE_DIR_ENV,
+    process_start_time,
+    state_dir,
+)
 from testbed.net.tags import TAG_RE, bridge_labels, label_of, link_aliases, new_tag, nft_comments
 
 MANIFEST = "network.json"
-STATE_DIR_ENV = "TESTBED_STATE_DIR"
-ROOT_STATE_DIR = Path("/run/testbed")
-
-
-def state_dir() -> Path:
-    """The testbed's own state directory, created 0700 if absent.
-
-    ``$TESTBED_STATE_DIR`` when set (tests), else ``/run/testbed`` for root, else a
-    per-user folder (``$XDG_RUNTIME_DIR/testbed`` or ``<tmp>/testbed-<uid>``).  It must be
-    a real directory (no symbolic link) owned by us and closed to others; otherwise
-    `InputError` names it.
-    """
-    env = os.environ.get(STATE_DIR_ENV)
-    if env:
-        path = Path(env)
-    elif os.geteuid() == 0:
-        path = ROOT_STATE_DIR
-    else:
-        import tempfile
-
-        runtime = os.environ.get("XDG_RUNTIME_DIR")
-        path = (Path(runtime) / "testbed" if runtime
-                else Path(tempfile.gettempdir()) / f"testbed-{os.geteuid()}")
-    with contextlib.suppress(FileExistsError):
-        path.mkdir(mode=0o700, parents=True)
-    st = os.lstat(path)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
-        raise InputError(f"{path}: the testbed's state directory must be a directory owned "
-                         f"by this user and writable by no one else; fix or remove it "
-                         f"(or set {STATE_DIR_ENV})")
-    return path
-
-
 def state_copy(path: Path) -> Path:
     """Where the trusted copy of the manifest written to path lives (in `state_dir`)."""
     key = hashlib.sha256(str(Path(os.path.abspath(path))).encode()).hexdigest()[:32]
@@ -207,16 +179,6 @@ def deferred_interrupt(signums: Sequence[str | int]) -> BaseException | None:
     if nums:
         return SystemExit(128 + nums[0])
     return None
-
-
-def process_start_time(pid: int) -> int | None:
-    """A process's start time (clock ticks after boot, /proc/<pid>/stat field 22), or None
-    when it is gone; with the pid it names one process even after pid reuse."""
-    try:
-        with open(f"/proc/{int(pid)}/stat") as f:
-            return int(f.read().rsplit(") ", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def parse_link_names(text: str) -> list[str]:

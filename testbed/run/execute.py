@@ -31,12 +31,13 @@ from testbed.core.commands import CommandRunner, in_parallel
 from testbed.core.errors import RunError, TestbedError
 from testbed.core.recording import recording
 from testbed.core.safefiles import atomic_write_text
+from testbed.host.coupled.loader import CoupledControls
 from testbed.plan.flows import flow_sender_hosts, workload_seeds
 from testbed.plan.netplan import NetworkPlan, plan_network
 from testbed.results.bundle import DEFERRED, Bundle
 from testbed.run.diskspace import DiskWatch, capture_estimate, check_free
 from testbed.run.fidelity_data import dp_lost, fidelity_extra, qdisc_drops
-from testbed.run.preflight import ensure_ccs
+from testbed.run.preflight import coupled_ccs, ensure_ccs
 from testbed.run.provenance import host_facts, node_dumps
 from testbed.run.reuse import NetworkKeeper
 from testbed.spec.experiment import Experiment
@@ -149,7 +150,10 @@ def execute_run(run: RunPlan, bundle: Bundle, meta: dict[str, Any], phase: Phase
                             "free_bytes": check_free(bundle.root, need)}
         meta["workload_seeds"] = workload_seeds(plan.spec, plan.seed)
         meta["flows_planned"] = len(plan.flows)
-        _run_network(plan, bundle, meta, runner, tl, keeper)
+        with CoupledControls(runner, [] if recording(runner) else coupled_ccs(plan.spec),
+                             bundle.samples_dir) as coupled:
+            meta["coupled_cc"] = dict(coupled.ids)
+            _run_network(plan, bundle, meta, runner, tl, keeper)
     finally:
         runner.stop_all()
         atomic_write_text(bundle.transcript_path, runner.transcript.to_jsonl())

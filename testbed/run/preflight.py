@@ -123,6 +123,14 @@ def check_kernel_support(plans: Sequence[RunPlan], runner: CommandRunner | None 
             seen.add(w.name)
 
 
+def coupled_ccs(exp: Experiment) -> list[str]:
+    """The coupled MPTCP controls the spec names (BPF programs the run registers)."""
+    from testbed.spec.model import COUPLED_CCS
+
+    names = {exp.transport.cc} | {getattr(wl, "cc", None) for wl in exp.workload}
+    return sorted(n for n in names if n in COUPLED_CCS)
+
+
 def ensure_ccs(runner: CommandRunner, exp: Experiment) -> None:
     """Every congestion control the spec names is available (loaded if a module)."""
     from testbed.host.transport import ensure_cc

@@ -21,6 +21,7 @@ from pydantic import Field, model_validator
 from testbed.core.errors import SpecError
 from testbed.spec.controller_kinds import FABRIC_KINDS, NO_CONTROLLER, quoted_choices
 from testbed.spec.model import (
+    COUPLED_CCS,
     BulkWorkload,
     Capture,
     Controller,
@@ -105,6 +106,7 @@ def check_experiment(exp: Experiment) -> None:
             attempt(_check_path, path, f"topology.paths[{i}]")
     attempt(_check_repetition, exp)
     attempt(_check_controller, exp)
+    attempt(_check_coupled, exp)
     names = [exp.workload_name(i) for i in range(len(exp.workload))]
     attempt(_no_duplicates, names, "workload", "name")
     for i, wl in enumerate(exp.workload):
@@ -135,6 +137,22 @@ def _check_controller(exp: Experiment) -> None:
     if kind == NO_CONTROLLER and isinstance(topo, FatTreeTopology):
         raise SpecError("controller.kind: a fat-tree needs a controller; use "
                         f"{quoted_choices(FABRIC_KINDS)}")
+
+
+def _check_coupled(exp: Experiment) -> None:
+    """A coupled congestion control (`COUPLED_CCS`) only makes sense for MPTCP."""
+    problems = []
+    uses = [("transport.cc", exp.transport.cc, exp.transport.protocol)]
+    uses += [(f"workload[{i}].cc", wl.cc, getattr(wl, "protocol", None)
+              or exp.transport.protocol) for i, wl in enumerate(exp.workload)
+             if getattr(wl, "cc", None)]
+    for key, cc, protocol in uses:
+        if cc in COUPLED_CCS and protocol != "mptcp":
+            problems.append(f"{key}: {cc!r} couples the subflows of an MPTCP connection; "
+                            f"set the protocol to 'mptcp' (or choose a per-socket control "
+                            f"such as 'reno' or 'cubic')")
+    if problems:
+        raise SpecError("\n".join(problems))
 
 
 def _check_path(path: PathSpec, where: str) -> None:

@@ -45,6 +45,8 @@ PATH_RE = r"^[a-z][a-z0-9_]{0,15}$"
 Name = Annotated[str, Field(pattern=NAME_RE)]
 HostName = Annotated[str, Field(pattern=HOST_RE)]
 CCName = Annotated[str, Field(pattern=CC_RE)]
+# coupled MPTCP congestion controls the testbed provides as BPF programs (MPTCP only)
+COUPLED_CCS = ("lia", "olia", "balia", "wvegas")
 PATTERN_WORDS = {
     NAME_RE: "use up to 32 letters, digits, '-' and '_', starting with a letter or digit",
     HOST_RE: "use up to 10 letters, digits, '-' and '_', starting with a letter",

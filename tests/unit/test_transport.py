@@ -123,9 +123,23 @@ def test_apply_tcp_with_a_loaded_cc_in_a_namespace() -> None:
 def test_ensure_cc_refuses_with_the_available_list() -> None:
     k = ScriptedKernel()
     with pytest.raises(UnsupportedError) as err:
-        ensure_cc(k, "lia")
+        ensure_cc(k, "hybla")
     msg = str(err.value)
-    assert "transport.cc" in msg and "'lia'" in msg and "available: reno cubic" in msg
+    assert "transport.cc" in msg and "'hybla'" in msg and "available: reno cubic" in msg
+    assert err.value.exit_code == 2
+
+
+def test_ensure_cc_coupled_needs_no_module_but_the_bpf_toolchain(monkeypatch) -> None:
+    import testbed.host.transport as tr
+
+    k = ScriptedKernel()
+    monkeypatch.setattr(tr, "coupled_problems", lambda: [])
+    assert ensure_cc(k, "olia") == ["reno", "cubic"]       # registered later, by the run
+    assert not any(a[0] == "modprobe" for _w, a in k.calls)
+    monkeypatch.setattr(tr, "coupled_problems", lambda: ["no kernel BTF (/sys/kernel/btf)"])
+    with pytest.raises(UnsupportedError) as err:
+        ensure_cc(k, "lia", key="sweep.\"transport.cc\"")
+    assert "coupled congestion control 'lia' cannot run here: no kernel BTF" in str(err.value)
     assert err.value.exit_code == 2
 
 
