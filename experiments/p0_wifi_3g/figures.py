@@ -15,6 +15,7 @@ from analysis.claims import paper_figure
 from analysis.study_figures import (
     StudyFigure,
     axes,
+    bars_with_ci,
     legend,
     mean_ci,
     no_data,
@@ -24,6 +25,7 @@ from analysis.study_figures import (
     workload_series,
 )
 from analysis.study_tables import resolved_spec, run_table, top_flows, workload_rates
+from experiments.p0_wifi_3g.cc import ccs_in, disjoint_use, fairness_shares, file_rates
 from testbed.core.units import parse_duration
 
 KBPS = 1024 * 8  # the paper's "KB/s" in bit/s
@@ -34,7 +36,8 @@ XLABEL = "time since the run's start (s)"
 
 def figures(paper: dict[str, Any], out: Path) -> list[StudyFigure]:
     """P0's figures from the results in out (one folder per spec)."""
-    return [_paths(out), _heavy(paper, out), _subflows(paper, out), _outage(out)]
+    return [_paths(out), _heavy(paper, out), _subflows(paper, out), _outage(out),
+            _cc_load(out), _cc_goals(out), _cc_windows(out)]
 
 
 def _paths(out: Path) -> StudyFigure:
@@ -179,3 +182,93 @@ def _down_at(spec_out: Path) -> float | None:
              if e.get("down") or e.get("up") is False]
     return min(downs) if downs else None
 
+
+
+def _cc_load(out: Path) -> StudyFigure:
+    """Figs. 6-7: the file's throughput per congestion control, normal and heavy load."""
+    fig, axs = axes("Figs. 6-7: MPTCP congestion controls over WiFi + 3G (cc_normal, "
+                    "cc_heavy)", "congestion control", "file throughput (Mbit/s)", ncols=2)
+    for ax, (spec, title) in zip(axs, (("cc_normal", "normal load"),
+                                       ("cc_heavy", "heavy load: after the video starts")),
+                                 strict=True):
+        rates = file_rates(out, spec)
+        ax.set_title(title, fontsize=9)
+        if not rates:
+            no_data(ax, f"no complete runs of {spec}")
+            continue
+        names = ccs_in(rates)
+        bars_with_ci(ax, names, [[r / 1e6 for r in rates[c]] for c in names],
+                     color=["tab:orange" if c != "cubic" else "0.6" for c in names])
+    return StudyFigure("p0-fig6-7-cc", "Figs. 6-7 (Sect. 4.5-4.6): coupled congestion "
+                       "controls", "Mean throughput of the MPTCP file transfer per "
+                       "congestion control (LIA, OLIA, BALIA, wVegas: the testbed's BPF "
+                       "programs; cubic: uncoupled subflows), 95 % interval over the "
+                       "repetitions where there are several.  The paper shows curves only "
+                       "(LIA best at normal load, BALIA under heavy load), so nothing is "
+                       "overlaid.", fig)
+
+
+def _cc_goals(out: Path) -> StudyFigure:
+    """RFC 6356's two goals: fair at a shared bottleneck, still using disjoint paths."""
+    fig, (left, right) = axes("Coupling: a shared bottleneck and disjoint paths "
+                              "(cc_fairness, cc_disjoint)", "congestion control", "%",
+                              ncols=2, sharey=False)
+    shares = fairness_shares(out)
+    left.set_title("MPTCP's share of a link shared with one TCP flow", fontsize=9)
+    if shares:
+        names = ccs_in(shares)
+        bars_with_ci(left, names, [[100 * x for x in shares[c]] for c in names],
+                     color=["tab:orange" if c != "reno" else "0.6" for c in names])
+        left.axhline(50, color="black", lw=1, label="fair share (50 %)")
+        left.axhline(58, color="tab:green", ls="--", lw=1, label="coupled: at most 58 %")
+        left.axhline(62, color="tab:red", ls="--", lw=1, label="uncoupled: at least 62 %")
+        left.set_ylim(0, 100)
+        legend(left)
+    else:
+        no_data(left, "no complete runs of cc_fairness")
+    use = disjoint_use(out)
+    right.set_title("throughput over two disjoint 5 Mbit/s paths", fontsize=9)
+    if use:
+        names = ccs_in(use)
+        bars_with_ci(right, names, [[100 * x for x in use[c]] for c in names],
+                     color="tab:orange")
+        right.axhline(85, color="tab:green", ls="--", lw=1, label="goal: at least 85 %")
+        right.set_ylim(0, 110)
+        legend(right)
+    else:
+        no_data(right, "no complete runs of cc_disjoint")
+    return StudyFigure("p0-cc-goals", "Coupling at a shared bottleneck and over disjoint "
+                       "paths", "Left: the share of the link the 2-subflow MPTCP "
+                       "connection got next to one TCP reno flow (coupled controls should "
+                       "stay near 50 %; uncoupled reno subflows take about two thirds).  "
+                       "Right: the connection's throughput over the sum of two disjoint "
+                       "paths.  Not in the paper: RFC 6356's design goals.", fig)
+
+
+def _cc_windows(out: Path) -> StudyFigure:
+    """Per-subflow windows in one shared-bottleneck run of LIA and of uncoupled reno."""
+    spec_out = out / "cc_fairness"
+    cwnd = run_table(spec_out, "cwnd")
+    key = "param:transport.cc"
+    fig, axs = axes("Windows at the shared bottleneck: coupled LIA vs uncoupled reno "
+                    "(cc_fairness, first run of each)", XLABEL, "cwnd (segments)", ncols=2)
+    for ax, cc in zip(axs, ("lia", "reno"), strict=True):
+        ax.set_title(f"MPTCP with {cc} subflows, and the TCP reno flow", fontsize=9)
+        sel = cwnd[cwnd[key].astype(str) == cc] if key in cwnd else cwnd.iloc[0:0]
+        if sel.empty:
+            no_data(ax, f"no cwnd samples of a {cc} run")
+            continue
+        run = sorted(sel["run_id"].unique())[0]
+        sel = sel[(sel["run_id"] == run) & (sel["host"] == "client")]
+        n = 0
+        for (proto, _port), g in sel.groupby(["protocol", "sport"]):
+            n += proto != "tcp"
+            label = "TCP reno flow" if proto == "tcp" else f"MPTCP subflow {n}"
+            ax.plot(g["t_rel"], g["cwnd"], lw=1.2, label=label,
+                    color="0.4" if proto == "tcp" else None)
+        legend(ax)
+    return StudyFigure("p0-cc-windows", "Coupling in the windows",
+                       "The sender's congestion windows sampled with ss: with LIA the two "
+                       "subflows together hold about what the TCP flow holds; with "
+                       "uncoupled reno each subflow holds about as much as the TCP flow.",
+                       fig)

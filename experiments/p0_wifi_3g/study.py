@@ -23,7 +23,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.claims import Claim, Comparison, StudyResult, measured, paper_figure
-from analysis.evidence import difference
+from analysis.evidence import difference, level
 from analysis.study_tables import (
     resolved_spec,
     run_table,
@@ -32,6 +32,7 @@ from analysis.study_tables import (
     workload_rate,
     workload_rates,
 )
+from experiments.p0_wifi_3g.cc import COUPLED, ccs_in, disjoint_use, fairness_shares, file_rates
 from testbed.core.units import parse_duration
 
 KBPS = 1024 * 8  # the paper's "KB/s" (ifstat) in bit/s
@@ -83,6 +84,78 @@ def evaluate(paper: dict[str, Any], out: Path, res: StudyResult) -> None:
                             measured({"one_kBps": one and one / KBPS,
                                       "two_kBps": two and two / KBPS})))
     _outage(out, res)
+    _congestion_control(out, res)
+
+
+def _mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def _best_other(rates: dict[str, list[float]], than: str, among: tuple[str, ...] = COUPLED
+                ) -> str | None:
+    """The control with the highest mean rate among `among` other than `than`."""
+    others = [c for c in among if c != than and rates.get(c)]
+    return max(others, key=lambda c: _mean(rates[c]) or 0.0, default=None)
+
+
+def _congestion_control(out: Path, res: StudyResult) -> None:
+    """Figs. 6-7 (the coupled controls at normal and heavy load) and RFC 6356's goals:
+    at a shared bottleneck a coupled connection takes no more than a TCP flow; over
+    disjoint paths it still uses them (``cc_*`` specs, experiments/p0_wifi_3g/cc.py)."""
+    loads = {"Fig. 6": ("normal load", file_rates(out, "cc_normal")),
+             "Fig. 7": ("heavy load, after the video starts", file_rates(out, "cc_heavy"))}
+    for fig, (label, rates) in loads.items():
+        for cc in ccs_in(rates):
+            m = _mean(rates[cc])
+            res.comparisons.append(Comparison(fig, f"file throughput, {label}, {cc}", None,
+                                              None if m is None else m / 1e6, "Mbit/s",
+                                              "paper shows curves only"))
+
+    def mbit(rates: dict[str, list[float]], cc: str | None) -> list[float]:
+        return [r / 1e6 for r in rates.get(cc or "", [])]
+
+    def ordering(fig: str, text: str, rates: dict[str, list[float]], winner: str,
+                 among: tuple[str, ...] = COUPLED) -> None:
+        other = _best_other(rates, winner, among)
+        res.claims.append(Claim(fig, text, [difference(
+            f"{winner} - best of the others ({other}), Mbit/s", mbit(rates, other),
+            mbit(rates, winner))], measured({f"{cc}_mbit": _mean(mbit(rates, cc))
+                                            for cc in ccs_in(rates)})))
+
+    normal, heavy = loads["Fig. 6"][1], loads["Fig. 7"][1]
+    if normal:
+        ordering("Fig. 6", "at normal load LIA has the best throughput of the coupled "
+                 "controls", normal, "lia")
+    if heavy:
+        ordering("Fig. 7", "under heavy load BALIA has the best throughput of the coupled "
+                 "controls", heavy, "balia")
+        ordering("Fig. 7", "under heavy load wVegas does better than LIA and OLIA", heavy,
+                 "wvegas", ("lia", "olia", "wvegas"))
+    shares = fairness_shares(out)
+    for cc in ccs_in(shares):
+        m = _mean(shares[cc])
+        res.comparisons.append(Comparison(
+            "RFC 6356", f"MPTCP share of a shared 10 Mbit/s link against one TCP flow, {cc}",
+            None, None if m is None else 100 * m, "%", "fair share 50 %"))
+    for cc in ("lia", "olia"):
+        if cc in shares:
+            res.claims.append(Claim(
+                "RFC 6356", f"{cc.upper()}: a 2-subflow MPTCP connection takes at most 58 % "
+                "of a link it shares with one TCP flow", [level(
+                    f"{cc} MPTCP share of the link, %", [100 * x for x in shares[cc]], 58.0,
+                    above=False)], measured({"share_pct": 100 * (_mean(shares[cc]) or 0)})))
+    if "reno" in shares:
+        res.claims.append(Claim(
+            "RFC 6356", "uncoupled reno subflows: a 2-subflow MPTCP connection takes at "
+            "least 62 % of a link it shares with one TCP flow", [level(
+                "reno MPTCP share of the link, %", [100 * x for x in shares["reno"]], 62.0,
+                above=True)], measured({"share_pct": 100 * (_mean(shares["reno"]) or 0)})))
+    use = disjoint_use(out)
+    for cc in ccs_in(use):
+        m = _mean(use[cc])
+        res.comparisons.append(Comparison(
+            "RFC 6356", f"MPTCP throughput over two disjoint 5 Mbit/s paths, {cc}", None,
+            None if m is None else 100 * m, "% of 10 Mbit/s", "goal: at least 85 %"))
 
 
 def _outage(out: Path, res: StudyResult) -> None:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from testbed.core.commands import CommandRunner, which
 from testbed.core.errors import InputError
+from testbed.machine.bpf_support import coupled_problems
 from testbed.machine.kernel import KernelFacts, has_module, read_kernel_facts, record_facts
 
 OVS_CTL = Path("/usr/share/openvswitch/scripts/ovs-ctl")
@@ -191,9 +192,22 @@ def check_congestion_controls(p: Probe) -> Check:
     detail = f"available: {avail}"
     if allowed and allowed != avail:
         detail += f" (allowed to non-root: {allowed})"
-    detail += "; more load on demand (modprobe tcp_bbr ...); coupled LIA/OLIA/BALIA/wVegas " \
-              "are not in upstream Linux"
+    detail += "; more load on demand (modprobe tcp_bbr ...)"
     return Check("congestion controls", True, detail, required=False)
+
+
+def check_coupled_cc(p: Probe) -> Check:
+    """The coupled MPTCP controls (LIA, OLIA, BALIA, wVegas: the testbed's BPF programs):
+    kernel release, BTF and the clang/bpftool/libbpf toolchain (`coupled_problems`)."""
+    release = (p.read("/proc/sys/kernel/osrelease") or os.uname().release).strip()
+    problems = coupled_problems(release, p.root)
+    if problems:
+        return Check("coupled MPTCP CCs", False, "; ".join(problems),
+                     "run `scripts/install`; a kernel without BTF or older than 5.19: "
+                     "`testbed vm`", required=False)
+    return Check("coupled MPTCP CCs", True, f"lia olia balia wvegas as BPF struct_ops "
+                 f"(kernel {release} with BTF; clang, bpftool, libbpf headers)",
+                 required=False)
 
 
 def check_nftables(p: Probe) -> Check:
@@ -272,6 +286,7 @@ def run_checks(probe: Probe | None = None, probe_kvm: bool = True) -> list[Check
                                   else p.exists("/sys/module/openvswitch")),
         lambda: check_mptcp(p),
         lambda: check_congestion_controls(p),
+        lambda: check_coupled_cc(p),
         lambda: check_nftables(p),
         lambda: check_tools(p),
         check_python_modules,

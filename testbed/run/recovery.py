@@ -5,7 +5,9 @@ Two places hold such a manifest: a bundle still marked ``running`` (its network'
 study's output folder while a network waited there between two runs
 (``_kept-network.json``: `testbed.run.reuse.NetworkKeeper`).  What is removed comes from
 the trusted copy in the testbed's state directory alone, never from the file in the
-output folder (`testbed.net.cleanup.cleanup_from_manifest`).
+output folder (`testbed.net.cleanup.cleanup_from_manifest`).  The coupled congestion
+controls a dead run left registered are released too, by the state directory's records
+(`testbed.host.coupled.loader.release_stale`).
 """
 
 from __future__ import annotations
@@ -38,6 +40,11 @@ def recover_bundle(bundle: Bundle) -> dict[str, list[str]]:
 
     bundle: a bundle still marked ``running``; returns what was removed.
     """
+    from testbed.host.coupled.loader import release_stale
     from testbed.net.cleanup import MANIFEST
 
-    return recover_network(bundle.logs_dir / "network" / MANIFEST)
+    report = recover_network(bundle.logs_dir / "network" / MANIFEST)
+    released = release_stale(CommandRunner())  # coupled CCs a dead run left registered
+    if released:
+        report["coupled_cc"] = released
+    return report

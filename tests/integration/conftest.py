@@ -10,7 +10,8 @@ Use::
         rtts = measure.ping(runner, h1, "10.0.0.2", count=10)
 
 Features for ``needs_kernel``: ``netem`` (sch_netem + sch_tbf), ``ovs`` (openvswitch
-module and a running ovs-vswitchd), ``mptcp`` (net.mptcp.enabled = 1), ``nft``.  Every
+module and a running ovs-vswitchd), ``mptcp`` (net.mptcp.enabled = 1), ``nft``, ``bpf_cc``
+(the coupled congestion controls: BTF, kernel >= 5.19, clang/bpftool/libbpf).  Every
 integration test also needs root and Mininet's ``mnexec``; a test skips with the reason
 when something is missing.
 
@@ -36,7 +37,7 @@ import pytest
 from testbed.core.commands import CommandRunner, which
 from testbed.net.network import Network
 
-FEATURES = ("netem", "ovs", "mptcp", "nft")
+FEATURES = ("netem", "ovs", "mptcp", "nft", "bpf_cc")
 ROOT = Path(__file__).resolve().parents[2]
 RECORD = ROOT / "results" / "ci-reproduction"
 
@@ -69,6 +70,12 @@ def missing_feature(feature: str, runner: CommandRunner | None = None) -> str | 
                 return "net.mptcp.enabled is 0"
         except OSError:
             return "kernel has no MPTCP"
+    elif feature == "bpf_cc":
+        from testbed.machine.bpf_support import coupled_problems
+
+        problems = coupled_problems()
+        if problems:
+            return "; ".join(problems)
     elif feature == "nft":
         if which("nft") is None:
             return "nft is not installed"

@@ -41,7 +41,24 @@ def test_missing_mptcp_names_vm(tmp_path):
 def test_congestion_controls_listed(tmp_path):
     p = fake_proc(tmp_path, {"proc/sys/net/ipv4/tcp_available_congestion_control": "reno cubic"})
     c = check_congestion_controls(p)
-    assert c.ok and "reno cubic" in c.detail and "LIA" in c.detail
+    assert c.ok and "reno cubic" in c.detail
+
+
+def test_coupled_cc_check(tmp_path, monkeypatch):
+    from testbed.machine.doctor import check_coupled_cc
+
+    monkeypatch.setenv("PATH", "/usr/bin:/usr/sbin")
+    files = {"proc/sys/kernel/osrelease": "6.1.0-56-amd64", "sys/kernel/btf/vmlinux": "",
+             "usr/bin/clang": "", "usr/sbin/bpftool": "", "usr/include/bpf/bpf_helpers.h": ""}
+    p = fake_proc(tmp_path, files)
+    c = check_coupled_cc(p)
+    assert c.ok and not c.required and "lia olia balia wvegas" in c.detail
+    (tmp_path / "sys/kernel/btf/vmlinux").unlink()
+    (tmp_path / "usr/sbin/bpftool").unlink()
+    (tmp_path / "proc/sys/kernel/osrelease").write_text("5.10.0-28-amd64")
+    c = check_coupled_cc(p)
+    assert not c.ok and "older than 5.19" in c.detail and "no kernel BTF" in c.detail
+    assert "bpftool" in c.detail and "scripts/install" in c.remedy
 
 
 def test_native_ok_and_reports():

@@ -107,6 +107,12 @@ def trace_map_id(runner: CommandRunner, name: str) -> int | None:
     return None
 
 
+def _available() -> list[str]:
+    """The congestion controls registered now."""
+    path = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
+    return path.read_text().split()
+
+
 class CoupledControls:
     """The named coupled controls, registered for the duration of a ``with`` block.
 
@@ -141,8 +147,7 @@ class CoupledControls:
         return self
 
     def _register(self, name: str, obj: Path) -> int:
-        available = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
-        if name in available.read_text().split():
+        if name in _available():
             raise UnsupportedError(
                 f"congestion control {name!r} is already registered by something other "
                 f"than this run (see `bpftool struct_ops show`); unregister it first")

@@ -1,0 +1,161 @@
+"""Coupled MPTCP congestion controls on the real kernel (in the testbed VM, Debian's 6.1):
+a run registers its BPF control and leaves nothing loaded afterwards, also when it is
+interrupted (SIGINT) or killed (SIGKILL, then released when the sweep resumes); the
+program's logged decisions equal the reference model's on the same inputs; the
+per-subflow windows land in the bundle.
+
+The fairness and disjoint-path shares are asserted on P0's quick study runs
+(tests/integration/test_reproduce_studies.py), which run in the same VM boot.
+
+    testbed vm -- .venv/bin/pytest -m integration -s tests/integration/test_coupled_cc.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed.core.commands import CommandRunner
+from testbed.host.coupled import COUPLED
+from testbed.host.coupled.reference import check_trace
+
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(os.geteuid() != 0, reason="a run needs root"),
+              pytest.mark.needs_kernel("netem", "ovs", "mptcp", "bpf_cc")]
+
+SPEC = """
+name = "itcoupled"
+duration = "{duration}"
+seed = 3
+
+[topology]
+kind = "multipath"
+paths = [
+  {{ name = "a", bw = "5Mbit", delay = "10ms", queue = 100 }},
+  {{ name = "b", bw = "5Mbit", delay = "30ms", queue = 100 }},
+]
+
+[transport]
+protocol = "mptcp"
+cc = "{cc}"
+
+[[workload]]
+name = "file"
+kind = "bulk"
+src = "client"
+dst = "server"
+"""
+MAP_NAMES = {"conns", "trace", "trace_seq"}
+TESTBED = [sys.executable, "-m", "testbed.cli"]
+
+
+def ours_loaded(runner: CommandRunner) -> list[str]:
+    """The testbed's struct_ops registrations, programs and maps still in the kernel."""
+    out = []
+    for what, keep in (("struct_ops", lambda d: d.get("name") in COUPLED),
+                       ("map", lambda d: d.get("name") in MAP_NAMES
+                        or d.get("type") == "struct_ops"),
+                       ("prog", lambda d: d.get("type") == "struct_ops")):
+        res = runner.run(["bpftool", "-j", what, "show"], record=False)
+        items = json.loads(res.stdout or "[]")
+        out += [f"{what} {d.get('id')} {d.get('name')}" for d in items if keep(d)]
+    return out
+
+
+def settled(runner: CommandRunner, timeout: float = 15.0) -> list[str]:
+    """`ours_loaded` once the kernel has freed what it frees asynchronously (RCU)."""
+    end = time.monotonic() + timeout
+    left = ours_loaded(runner)
+    while left and time.monotonic() < end:
+        time.sleep(0.5)
+        left = ours_loaded(runner)
+    return left
+
+
+def registered(runner: CommandRunner, cc: str, timeout: float = 300.0) -> bool:
+    """Wait until control cc is registered (the run reached its traffic)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        res = runner.run(["bpftool", "-j", "struct_ops", "show"], record=False)
+        if any(d.get("name") == cc for d in json.loads(res.stdout or "[]")):
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def spec_file(tmp: Path, cc: str, duration: str) -> Path:
+    path = tmp / f"{cc}-{duration}.toml"
+    path.write_text(SPEC.format(cc=cc, duration=duration))
+    return path
+
+
+def run_testbed(spec: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*TESTBED, "run", str(spec), "--out", str(out), "--no-vm"],
+                          capture_output=True, text=True, timeout=900)
+
+
+def test_run_registers_logs_and_unloads(tmp_path: Path) -> None:
+    runner = CommandRunner()
+    assert settled(runner) == [], "something of ours was loaded before the test"
+    res = run_testbed(spec_file(tmp_path, "olia", "8s"), tmp_path / "out")
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert settled(runner) == []
+    (bundle,) = [p for p in (tmp_path / "out").iterdir() if (p / "metadata.json").is_file()]
+    meta = json.loads((bundle / "metadata.json").read_text())
+    assert set(meta["coupled_cc"]) == {"olia"} and meta["status"] == "complete"
+    assert "bpftool struct_ops register" in (bundle / "commands.sh").read_text()
+    recs = [json.loads(x) for x in
+            (bundle / "samples" / "cc-trace-olia.jsonl").read_text().splitlines()]
+    check = check_trace(recs)
+    print(f"\nFIGURES coupled trace olia: {check.equal}/{check.compared} decisions equal "
+          f"the model ({len(recs)} logged)")
+    assert check.compared >= 100 and check.share_equal >= 0.99, check.mismatches[:3]
+    assert any(sum(1 for c in r["cwnd"] if c) == 2 for r in recs), "never two subflows"
+    rows = [json.loads(x) for x in (bundle / "samples" / "cwnd.jsonl").read_text().splitlines()]
+    subflows = {(r["src_addr"], r["sport"]) for r in rows
+                if r["host"] == "client" and r["protocol"] == "mptcp" and r["cc"] == "olia"}
+    assert len(subflows) == 2, subflows
+
+
+def test_interrupted_run_unloads(tmp_path: Path) -> None:
+    runner = CommandRunner()
+    proc = subprocess.Popen([*TESTBED, "run", str(spec_file(tmp_path, "lia", "60s")),
+                             "--out", str(tmp_path / "out"), "--no-vm"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert registered(runner, "lia"), "the run never registered lia"
+        time.sleep(3)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0, out[-2000:]
+    assert settled(runner) == [], out[-2000:]
+
+
+def test_killed_run_is_released_when_the_sweep_resumes(tmp_path: Path) -> None:
+    runner = CommandRunner()
+    spec, out = spec_file(tmp_path, "balia", "15s"), tmp_path / "out"
+    proc = subprocess.Popen([*TESTBED, "run", str(spec), "--out", str(out), "--no-vm"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        assert registered(runner, "balia"), "the run never registered balia"
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    left = ours_loaded(runner)
+    assert any("balia" in x for x in left), left            # a SIGKILL leaves it loaded
+    res = run_testbed(spec, out)                              # resumes that sweep
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert settled(runner) == [], res.stdout[-2000:]
