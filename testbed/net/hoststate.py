@@ -39,6 +39,10 @@ SYSCTL_PATTERN = r"^net\.(ipv4\.tcp_|mptcp\.|core\.(r|w)mem|ipv4\.conf\.all\.rp_
 # about a second per host under software emulation)
 SYSCTL_GLOBS = ("net/ipv4/tcp_*", "net/mptcp/*", "net/core/rmem_*", "net/core/wmem_*",
                 "net/ipv4/conf/all/rp_filter")
+# global, not per namespace, and changed by the testbed itself between runs: a module it
+# loads is added to the allowed list (`testbed.host.transport.ensure_cc`), and a registered
+# coupled control (non-restricted) is listed there while registered; not a run's leftover
+GLOBAL_SYSCTLS = frozenset({"net.ipv4.tcp_allowed_congestion_control"})
 _SECTIONS = ("limits", "endpoints", "rules", "routes", "addresses")
 _MARK = "@@testbed-hoststate "
 _RULE = re.compile(r"^(\d+):\s")
@@ -58,7 +62,8 @@ def sysctl_keys(root: Path = Path("/proc/sys"), writable: bool = False) -> list[
     """The names of the sysctls `SYSCTL_PATTERN` selects, found without reading them (the
     same names exist in every network namespace; one missing in a host is skipped).
     writable: only those root may write (read-only lists such as the available
-    congestion controls change when a module loads, not because of a run)."""
+    congestion controls change when a module loads, not because of a run).  The global
+    `GLOBAL_SYSCTLS` are left out."""
     keys = set()
     for g in SYSCTL_GLOBS:
         for p in root.glob(g):
@@ -69,7 +74,7 @@ def sysctl_keys(root: Path = Path("/proc/sys"), writable: bool = False) -> list[
                 except OSError:
                     continue
             keys.add(".".join(p.relative_to(root).parts))
-    return sorted(k for k in keys if re.match(SYSCTL_PATTERN, k))
+    return sorted(k for k in keys if re.match(SYSCTL_PATTERN, k) and k not in GLOBAL_SYSCTLS)
 
 
 @dataclass

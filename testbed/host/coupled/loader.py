@@ -178,8 +178,9 @@ class CoupledControls:
         map_id = trace_map_id(self.runner, name)
         if map_id is None:
             return
-        res = self.runner.run(["bpftool", "-j", "map", "dump", "id", str(map_id)],
-                              record=False, timeout=120)
+        # without -j: with BTF, bpftool prints the typed records alone, as JSON (-j adds
+        # every byte in hex as well, three times the text)
+        res = self.runner.run(["bpftool", "map", "dump", "id", str(map_id)], timeout=120)
         rows = parse_dump(res.stdout, name)
         self.samples_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.samples_dir / f"cc-trace-{name}.jsonl",

@@ -1,5 +1,5 @@
-"""The coupled controls' decision log: parse a ``bpftool -j map dump`` of a control's
-``trace`` map into records, oldest first.
+"""The coupled controls' decision log: parse a ``bpftool map dump`` of a control's
+``trace`` map (with BTF: JSON, with or without ``-j``) into records, oldest first.
 
 Each record is one decision of one subflow (see ``bpf/coupled.h``): ``kind``
 (``increase``: window increase per acknowledged segment, in 2^-20 segments;
@@ -24,7 +24,7 @@ FIELDS = ("seq", "kind", "self", "acked", "in_ss", "cwnd", "rtt_us", "aux", "aux
 def parse_dump(text: str, cc: str) -> list[dict[str, Any]]:
     """Records from bpftool's JSON dump of a ``trace`` map (written ones, by ``seq``).
 
-    text: ``bpftool -j map dump id N`` output; cc: the control's name (added to each).
+    text: ``bpftool [-j] map dump id N`` output; cc: the control's name (added to each).
     Raises `InputError` when the text is not such a dump.
     """
     try:
