@@ -47,10 +47,11 @@ def p2_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_study_report(ROOT / "experiments" / "p2_three_paths", out)
 
 
-def test_p0_report_has_its_four_figures_drawn_and_no_json(p0_report: Path) -> None:
+def test_p0_report_has_its_figures_drawn_and_no_json(p0_report: Path) -> None:
     page = parse(p0_report)
     assert page.images == [f"report-figures/p0-{n}.png" for n in
-                           ("fig2-paths", "fig3-heavy-load", "fig4-subflows", "fig5-outage")]
+                           ("fig2-paths", "fig3-heavy-load", "fig4-subflows", "fig5-outage",
+                            "fig6-7-cc", "cc-goals", "cc-windows")]
     assert problems(p0_report) == []
     text = p0_report.read_text()
     assert "<th>ours / paper</th>" in text and "paper shows curves only" in text
