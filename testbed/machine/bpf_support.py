@@ -38,18 +38,20 @@ def _which(name: str, root: Path) -> bool:
     return False
 
 
-def coupled_problems(release: str | None = None, root: Path = Path("/")) -> list[str]:
+def coupled_problems(release: str | None = None, root: Path = Path("/"),
+                     btf: bool | None = None) -> list[str]:
     """What stops the coupled controls here, one line each (empty: nothing).
 
     release: the kernel release (default: the running one); root: where /sys and /usr
-    are (tests).
+    are (tests); btf: whether that kernel has BTF, when known from a record (None: look
+    at /sys/kernel/btf/vmlinux; used for the running kernel).
     """
     release = release or os.uname().release
     out = []
     if kernel_version(release) < MIN_KERNEL:
         out.append(f"kernel {release} is older than 5.19 (struct_ops congestion controls, "
                    "bpf_loop, MPTCP subflow contexts); use `testbed vm` or a newer kernel")
-    if not (root / BTF).is_file():
+    if not (btf if btf is not None else (root / BTF).is_file()):
         out.append(f"no kernel BTF (/{BTF}); use a kernel built with CONFIG_DEBUG_INFO_BTF "
                    "(Debian/Ubuntu stock kernels are) or `testbed vm`")
     missing = [t for t in TOOLS if not _which(t, root)]

@@ -59,6 +59,7 @@ class KernelFacts:
     mptcp_scheduler: str | None = None
     mptcp_schedulers: tuple[str, ...] | None = None
     recorded: str = ""
+    btf: bool | None = None  # /sys/kernel/btf/vmlinux exists (None: not recorded)
 
     def offered_ccs(self) -> list[str]:
         """Every congestion control a run may name: registered ones, then loadable ones."""
@@ -117,6 +118,7 @@ class KernelFacts:
                         mptcp_enabled=_opt(data.get("mptcp_enabled"), bool),
                         mptcp_scheduler=_opt(data.get("mptcp_scheduler"), str),
                         mptcp_schedulers=None if scheds is None else _names(scheds),
+                        btf=_opt(data.get("btf"), bool),
                         recorded=str(data.get("recorded", "")))
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"{where}: unreadable kernel record ({exc}); make it again "
@@ -178,6 +180,7 @@ def read_kernel_facts(root: Path = Path("/"), release: str | None = None,
         mptcp_enabled=None if enabled is None else enabled == "1",
         mptcp_scheduler=_read(root, "/proc/sys/net/mptcp/scheduler"),
         mptcp_schedulers=None if avail is None else tuple(avail.split()),
+        btf=(root / "sys/kernel/btf/vmlinux").is_file(),
         recorded=when)
 
 

@@ -66,8 +66,16 @@ def wanted(plans: Sequence[RunPlan], labels: Mapping[str, str] | None = None
 
 def problems(items: Sequence[Wanted], facts: KernelFacts) -> list[str]:
     """One line for each congestion control or scheduler the kernel does not offer."""
+    from testbed.machine.bpf_support import coupled_problems
+    from testbed.spec.model import COUPLED_CCS
+
     lines = []
     for w in items:
+        if w.what == "cc" and w.name in COUPLED_CCS:  # the testbed's BPF programs
+            lines += [f"{w.key}: coupled congestion control {w.name!r} cannot run on kernel "
+                      f"{facts.release}: {p}"
+                      for p in coupled_problems(facts.release, btf=facts.btf is not False)]
+            continue
         if w.what == "cc" and w.name not in facts.offered_ccs():
             lines.append(f"{w.key}: congestion control {w.name!r} is not available on "
                          f"kernel {facts.release}; it offers: {facts.cc_offer()}")

@@ -138,3 +138,23 @@ def test_build_key_follows_sources_compiler_and_kernel() -> None:
     names = [p.name for p in build.source_files()]
     assert names == sorted(["balia.bpf.c", "coupled.h", "lia.bpf.c", "olia.bpf.c",
                             "wvegas.bpf.c"])
+
+
+def test_kernel_records_decide_coupled_controls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dry run checks a coupled control against the recorded kernel: release and BTF
+    from the record, the toolchain from this machine (the VM shares it)."""
+    import testbed.machine.bpf_support as bs
+    from testbed.machine.kernel import KernelFacts
+    from testbed.run.preflight import Wanted, problems
+
+    monkeypatch.setattr(bs, "_which", lambda name, root: True)
+    monkeypatch.setattr(bs, "HEADER", "bin/sh")    # a file that exists: "the headers"
+    want = [Wanted('sweep."transport.cc"', "cc", "lia")]
+    ok = KernelFacts(release="6.1.0-56-amd64", congestion_controls=("reno", "cubic"))
+    assert problems(want, ok) == []                  # BTF not recorded: not refused
+    assert problems(want, KernelFacts(release="6.1.0-56-amd64", congestion_controls=(), btf=True)) == []
+    (line,) = problems(want, KernelFacts(release="6.1.0-56-amd64", congestion_controls=(), btf=False))
+    assert line.startswith('sweep."transport.cc": coupled congestion control \'lia\' '
+                           "cannot run on kernel 6.1.0-56-amd64: no kernel BTF")
+    (line,) = problems(want, KernelFacts(release="5.10.0-28-amd64", congestion_controls=(), btf=True))
+    assert "older than 5.19" in line
