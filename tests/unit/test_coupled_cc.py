@@ -152,9 +152,12 @@ def test_kernel_records_decide_coupled_controls(monkeypatch: pytest.MonkeyPatch)
     want = [Wanted('sweep."transport.cc"', "cc", "lia")]
     ok = KernelFacts(release="6.1.0-56-amd64", congestion_controls=("reno", "cubic"))
     assert problems(want, ok) == []                  # BTF not recorded: not refused
-    assert problems(want, KernelFacts(release="6.1.0-56-amd64", congestion_controls=(), btf=True)) == []
-    (line,) = problems(want, KernelFacts(release="6.1.0-56-amd64", congestion_controls=(), btf=False))
+    def facts(release: str, btf: bool) -> KernelFacts:
+        return KernelFacts(release=release, congestion_controls=(), btf=btf)
+
+    assert problems(want, facts("6.1.0-56-amd64", True)) == []
+    (line,) = problems(want, facts("6.1.0-56-amd64", False))
     assert line.startswith('sweep."transport.cc": coupled congestion control \'lia\' '
                            "cannot run on kernel 6.1.0-56-amd64: no kernel BTF")
-    (line,) = problems(want, KernelFacts(release="5.10.0-28-amd64", congestion_controls=(), btf=True))
+    (line,) = problems(want, facts("5.10.0-28-amd64", True))
     assert "older than 5.19" in line
