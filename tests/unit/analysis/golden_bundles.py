@@ -64,10 +64,10 @@ def make_cases(where: Path) -> dict[str, Path]:
         cases[b.name] = dst
     for cap in _bare_captures():
         name = cap.name.removesuffix(".gz")
-        dst = where / f"bare-{name}"
+        dst = where / f"bare-{name.replace('.', '_')}"
         (dst / "pcap").mkdir(parents=True)
         _unpack(cap, dst / "pcap" / cap.name)
-        cases[f"bare-{name}"] = dst
+        cases[dst.name] = dst
     cap = where / "synth.pcap"
     synth_capture(cap, SYNTH_PACKETS)
     cases["synth"] = _bundle(cap, where)
