@@ -63,7 +63,7 @@ def find_flows(tbl: T.PacketTable) -> Flows:
     flags = c["tcp_flags"][rows]
     syn = ((flags & (T.SYN | T.ACK)) == T.SYN) & (c["proto"][rows] == 6)
     # split a 4-tuple at each SYN with a new ISN (port reuse)
-    order = np.lexsort((c["ts_ns"][rows], tuple_id))
+    order = _tuple_time_order(tuple_id, c["ts_ns"][rows])
     tid, sy, sq = tuple_id[order], syn[order], c["seq"][rows][order]
     syn_idx = np.flatnonzero(sy)
     new = np.zeros(len(order), bool)
@@ -100,17 +100,28 @@ def find_flows(tbl: T.PacketTable) -> Flows:
     return Flows(pkt_flow, pkt_dir, flows)
 
 
+def _tuple_time_order(tuple_id: np.ndarray, ts: np.ndarray) -> np.ndarray:
+    """``np.lexsort((ts, tuple_id))``: by 4-tuple, then time, then row.  When the times
+    already rise in row order (the usual capture), one stable sort of the tuple ids (narrowed
+    so that numpy's radix sort applies) gives the same order."""
+    if len(ts) < 2 or not (ts[1:] >= ts[:-1]).all():
+        return np.lexsort((ts, tuple_id))
+    top = int(tuple_id.max()) if len(tuple_id) else 0
+    narrow = tuple_id.astype(np.uint16 if top < (1 << 16) else np.uint32 if top < (1 << 32)
+                             else np.int64)
+    return np.argsort(narrow, kind="stable")
+
+
 def _describe(tbl: T.PacketTable, rows: np.ndarray, fl: np.ndarray, d: np.ndarray, nflows: int,
               syn_seen: np.ndarray) -> pd.DataFrame:
     c = tbl.cols
     names = np.array(tbl.addresses, dtype=object)
-    df = pd.DataFrame({"flow": fl, "dir": d, "src": c["src"][rows], "dst": c["dst"][rows],
-                       "sport": c["sport"][rows], "dport": c["dport"][rows],
-                       "proto": c["proto"][rows], "ts": c["ts_ns"][rows],
-                       "seq": c["seq"][rows], "flags": c["tcp_flags"][rows]})
-    fwd = _first_per_flow(df, d == 0)
-    any_ = _first_per_flow(df, None)
-    rev = _first_per_flow(df, d == 1)
+    fields = {"dir": d, "src": c["src"], "dst": c["dst"], "sport": c["sport"],
+              "dport": c["dport"], "proto": c["proto"], "ts": c["ts_ns"], "seq": c["seq"],
+              "flags": c["tcp_flags"]}
+    fwd = _first_per_flow(fields, rows, fl, d == 0)
+    any_ = _first_per_flow(fields, rows, fl, None)
+    rev = _first_per_flow(fields, rows, fl, d == 1)
     out = pd.DataFrame(index=pd.RangeIndex(nflows, name="flow"))
     base = fwd.reindex(out.index)
     miss = base["src"].isna()
@@ -125,7 +136,9 @@ def _describe(tbl: T.PacketTable, rows: np.ndarray, fl: np.ndarray, d: np.ndarra
     out["dst_addr"] = names[base["dst"].astype(np.int64).to_numpy()]
     out["dport"] = base["dport"].astype(np.int64).to_numpy()
     out["syn_seen"] = syn_seen
-    isn = df[(df["flags"] & T.SYN) != 0].groupby(["flow", "dir"])["seq"].first()
+    sp = np.flatnonzero((c["tcp_flags"][rows] & T.SYN) != 0)
+    isn = pd.DataFrame({"flow": fl[sp], "dir": d[sp], "seq": c["seq"][rows[sp]]}
+                       ).groupby(["flow", "dir"])["seq"].first()
     out["isn_fwd"] = isn.xs(0, level="dir").reindex(out.index) if 0 in isn.index.get_level_values(
         "dir") else np.nan
     out["isn_rev"] = isn.xs(1, level="dir").reindex(out.index) if 1 in isn.index.get_level_values(
@@ -137,15 +150,20 @@ def _describe(tbl: T.PacketTable, rows: np.ndarray, fl: np.ndarray, d: np.ndarra
     return out
 
 
-def _first_per_flow(df: pd.DataFrame, mask: np.ndarray | None) -> pd.DataFrame:
-    """``df[mask].groupby("flow").first()`` in one pass (no column holds NaN)."""
-    sel = np.arange(len(df)) if mask is None else np.flatnonzero(mask)
-    fl = df["flow"].to_numpy()[sel]
-    first = np.full(int(fl.max()) + 1 if len(fl) else 0, len(sel), np.int64)
-    np.minimum.at(first, fl, np.arange(len(sel)))
+def _first_per_flow(fields: dict[str, np.ndarray], rows: np.ndarray, fl: np.ndarray,
+                    mask: np.ndarray | None) -> pd.DataFrame:
+    """Per flow, the fields of its first packet (in row order) where mask holds.
+
+    fields: ``dir`` per element of rows, the others per packet of the table; rows: packet
+    rows; fl: flow per element of rows.  As ``DataFrame(...)[mask].groupby("flow").first()``
+    (no column holds NaN), without building the per-packet frame."""
+    sel = np.arange(len(fl)) if mask is None else np.flatnonzero(mask)
+    f = fl[sel]
+    first = np.full(int(f.max()) + 1 if len(f) else 0, len(sel), np.int64)
+    np.minimum.at(first, f, np.arange(len(sel)))
     flows = np.flatnonzero(first < len(sel))
-    rows = sel[first[flows]]
-    return pd.DataFrame({c: df[c].to_numpy()[rows] for c in df.columns if c != "flow"},
+    at = sel[first[flows]]
+    return pd.DataFrame({k: v[at] if k == "dir" else v[rows[at]] for k, v in fields.items()},
                         index=pd.Index(flows, name="flow"))
 
 
