@@ -55,28 +55,18 @@ def segments(tbl: T.PacketTable, fl: Flows) -> pd.DataFrame:
     c = tbl.cols
     rows = np.flatnonzero((fl.pkt_flow >= 0) & (c["proto"] == 6))
     f, d = fl.pkt_flow[rows], fl.pkt_dir[rows].astype(np.int64)
-    order = np.argsort(f * 2 + d, kind="stable")  # by flow, direction, then row (ascending)
+    order = _stable_argsort(f * 2 + d)  # by flow, direction, then row (ascending)
     rows, f, d = rows[order], f[order], d[order]
-    flows = fl.flows
-    isn = np.where(d == 0, flows["isn_fwd"].to_numpy(float)[f], flows["isn_rev"].to_numpy(float)[f])
-    first = np.where(d == 0, flows["first_seq_fwd"].to_numpy(float)[f],
-                     flows["first_seq_rev"].to_numpy(float)[f])
-    has_isn = ~np.isnan(isn)
-    base = np.where(has_isn, np.nan_to_num(isn) + 1, np.nan_to_num(first)).astype(np.int64) % WRAP32
     grp = f * 2 + d
-    seq = unwrap32(c["seq"][rows], base, grp)
+    # per (flow, direction) origin: the ISN + 1 (SYN seen), else the first sequence number;
     # ACKs are relative to the other direction's origin
-    other = np.where(d == 0, flows["isn_rev"].to_numpy(float)[f],
-                     flows["isn_fwd"].to_numpy(float)[f])
-    ofirst = np.where(d == 0, flows["first_seq_rev"].to_numpy(float)[f],
-                      flows["first_seq_fwd"].to_numpy(float)[f])
-    obase = np.where(~np.isnan(other), np.nan_to_num(other) + 1,
-                     np.nan_to_num(ofirst)).astype(np.int64) % WRAP32
-    ack = unwrap32(c["ack"][rows], obase, grp)
+    origin = _origins(fl.flows)
+    seq = unwrap32(c["seq"][rows], origin[grp], grp)
+    ack = unwrap32(c["ack"][rows], origin[grp ^ 1], grp)
     payload = c["payload"][rows].astype(np.int64)
     df = pd.DataFrame({"row": rows, "flow": f, "dir": d, "ts": c["ts_ns"][rows], "seq": seq,
                        "end": seq + payload, "payload": payload, "ack": ack,
-                       "flags": c["tcp_flags"][rows], "tsval": c["tsval"][rows]})
+                       "flags": c["tcp_flags"][rows], "tsval": c["tsval"][rows]}, copy=False)
     data = df["payload"].to_numpy() > 0
     ra = reorder_analysis(grp[data], seq[data], seq[data] + payload[data],
                           c["tsval"][rows][data])
@@ -91,6 +81,26 @@ def segments(tbl: T.PacketTable, fl: Flows) -> pd.DataFrame:
             flags=df.loc[ctl, "flags"] & (T.SYN | T.FIN))
         df.loc[ctl, "retrans"] = sub.duplicated().to_numpy()
     return df
+
+
+def _stable_argsort(key: np.ndarray) -> np.ndarray:
+    """Stable argsort of non-negative integer keys, narrowed to 16 bits when they fit (numpy
+    sorts those by radix, in linear time)."""
+    if len(key) and int(key.max()) < (1 << 16):
+        key = key.astype(np.uint16)
+    return np.argsort(key, kind="stable")
+
+
+def _origins(flows: pd.DataFrame) -> np.ndarray:
+    """Sequence origin per (flow, direction), index ``2 * flow + dir``, as int64 in
+    [0, 2^32): the ISN + 1 where the SYN was seen, else the first sequence number."""
+    out = np.zeros(2 * len(flows), np.int64)
+    for d, name in ((0, "fwd"), (1, "rev")):
+        isn = flows[f"isn_{name}"].to_numpy(float)
+        first = flows[f"first_seq_{name}"].to_numpy(float)
+        out[d::2] = np.where(~np.isnan(isn), np.nan_to_num(isn) + 1,
+                             np.nan_to_num(first)).astype(np.int64) % WRAP32
+    return out
 
 
 def delivered_bytes(seg: pd.DataFrame, ddir: np.ndarray
