@@ -49,13 +49,13 @@ def find_flows(tbl: T.PacketTable) -> Flows:
     n = len(tbl)
     is_l4 = ((c["proto"] == 6) | (c["proto"] == 17)) & (c["ip_ver"] > 0)
     rows = np.flatnonzero(is_l4)
-    a = (c["src"][rows].astype(np.uint64) << np.uint64(16)) | c["sport"][rows]
-    b = (c["dst"][rows].astype(np.uint64) << np.uint64(16)) | c["dport"][rows]
-    lo, hi = np.minimum(a, b), np.maximum(a, b)
-    is_tcp = (c["proto"][rows] == 6).astype(np.uint64)
     if len(tbl.addresses) < (1 << 15):  # (lo, hi, proto) fits one 64-bit key: one hash pass
-        tuple_id, _ = pd.factorize((lo << np.uint64(32) | hi) << np.uint64(1) | is_tcp)
+        tuple_id, _ = pd.factorize(_tuple_keys(c, rows))
     else:  # codes in order of first appearance either way, so the ids are the same
+        a = (c["src"][rows].astype(np.uint64) << np.uint64(16)) | c["sport"][rows]
+        b = (c["dst"][rows].astype(np.uint64) << np.uint64(16)) | c["dport"][rows]
+        lo, hi = np.minimum(a, b), np.maximum(a, b)
+        is_tcp = (c["proto"][rows] == 6).astype(np.uint64)
         k1, _ = pd.factorize(lo)
         k2, u2 = pd.factorize(hi)
         k3 = (k1.astype(np.int64) * max(len(u2), 1) + k2) * 2 + is_tcp.astype(np.int64)
@@ -98,6 +98,25 @@ def find_flows(tbl: T.PacketTable) -> Flows:
     flows = _describe(tbl, rows, fl, pkt_dir[rows], nflows, syn_seen)
     _group_mptcp(tbl, pkt_flow, pkt_dir, flows)
     return Flows(pkt_flow, pkt_dir, flows)
+
+
+def _tuple_keys(c: dict[str, np.ndarray], rows: np.ndarray, block: int = 1 << 16
+                ) -> np.ndarray:
+    """One uint64 per packet of rows naming its 4-tuple and protocol, either direction:
+    ``((lo << 32 | hi) << 1) | is_tcp`` with lo/hi the smaller/larger of (address id << 16
+    | port) of the two ends (address ids below 2^15).  Computed a block at a time, so the
+    temporaries stay small whatever the capture's size."""
+    out = np.empty(len(rows), np.uint64)
+    for i in range(0, len(rows), block):
+        r = rows[i:i + block]
+        a = (c["src"][r].astype(np.uint64) << np.uint64(16)) | c["sport"][r]
+        b = (c["dst"][r].astype(np.uint64) << np.uint64(16)) | c["dport"][r]
+        key = np.minimum(a, b) << np.uint64(32)
+        key |= np.maximum(a, b)
+        key <<= np.uint64(1)
+        key |= c["proto"][r] == 6
+        out[i:i + block] = key
+    return out
 
 
 def _tuple_time_order(tuple_id: np.ndarray, ts: np.ndarray) -> np.ndarray:
