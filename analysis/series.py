@@ -62,13 +62,8 @@ def throughput_series(ts_ns: np.ndarray, nbytes: np.ndarray, keys: np.ndarray, b
         nbytes = np.asarray(nbytes)[on_clock]
         good = None if good is None else np.asarray(good)[on_clock]
     r = rank[codes]
-    o = np.lexsort((b, r))
-    rs, bs = r[o], b[o]
-    first = np.flatnonzero(np.r_[True, (rs[1:] != rs[:-1]) | (bs[1:] != bs[:-1])])
-    nb = np.asarray(nbytes)
-    gbytes = np.add.reduceat(nb[o], first)
-    ggood = gbytes if good is None else np.add.reduceat(np.asarray(good)[o], first)
-    gk, gb = rs[first], bs[first]
+    gk, gb, gbytes, ggood = _bin_sums(r, b, len(names), np.asarray(nbytes),
+                                      None if good is None else np.asarray(good))
     kfirst = np.flatnonzero(np.r_[True, gk[1:] != gk[:-1]])
     kmin = gb[kfirst]
     kmax = gb[np.r_[kfirst[1:], len(gb)] - 1]
@@ -99,3 +94,36 @@ def throughput_series(ts_ns: np.ndarray, nbytes: np.ndarray, keys: np.ndarray, b
     out["rate_bps"] = out["bytes"] * 8 / bin_s
     out["goodput_bps"] = out["good"] * 8 / bin_s
     return out[SERIES_COLUMNS]
+
+
+def _bin_sums(r: np.ndarray, b: np.ndarray, nkeys: int, nb: np.ndarray, good: np.ndarray | None
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The occupied (key rank, bin) pairs sorted by rank then bin, with the sums of nb and
+    good over each: (rank, bin, bytes, good).  Sums keep nb's (good's) dtype.
+
+    Dense (`np.bincount` over every rank and bin in range, linear in the packets) when that
+    grid is small next to the packets; else by one sort of the pairs.
+    """
+    b0 = int(b.min())
+    width = int(b.max()) - b0 + 1
+    if nkeys * width <= max(4 * len(b), 1 << 16):
+        cell = r * width + (b - b0)
+        size = nkeys * width
+        hit = np.flatnonzero(np.bincount(cell, minlength=size))
+        gbytes = _exact_sums(cell, nb, size)[hit]
+        ggood = gbytes if good is None else _exact_sums(cell, good, size)[hit]
+        return hit // width, hit % width + b0, gbytes, ggood
+    o = np.lexsort((b, r))
+    rs, bs = r[o], b[o]
+    first = np.flatnonzero(np.r_[True, (rs[1:] != rs[:-1]) | (bs[1:] != bs[:-1])])
+    gbytes = np.add.reduceat(nb[o], first)
+    ggood = gbytes if good is None else np.add.reduceat(good[o], first)
+    return rs[first], bs[first], gbytes, ggood
+
+
+def _exact_sums(cell: np.ndarray, v: np.ndarray, size: int) -> np.ndarray:
+    """Per cell, the sum of v, in the dtype `np.add.reduceat` gives v (integer sums are exact:
+    `np.bincount` adds in float64, exact below 2^53, far above any bin's bytes)."""
+    out = np.bincount(cell, v, size)
+    dt = np.add.reduce(v[:0]).dtype if v.dtype.kind in "iub" else v.dtype
+    return out.astype(dt)
