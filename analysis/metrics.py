@@ -39,6 +39,7 @@ from analysis.sequence import (
     duplicated_pairs,
     group_starts,
     pair_groups,
+    pair_keys,
     reorder_analysis,
     running_max_before,
     stable_order,
@@ -248,6 +249,17 @@ def _reindexed(values: np.ndarray, present: np.ndarray) -> np.ndarray:
     return np.where(present, values, np.nan)
 
 
+def _sent_again(flow: np.ndarray, seq: np.ndarray, retrans: np.ndarray) -> np.ndarray:
+    """True for every data segment whose (flow, start) some retransmission also has."""
+    if not retrans.any():
+        return np.zeros(len(flow), bool)
+    key = pair_keys(flow, seq)
+    if key is None:
+        o, starts, gid = pair_groups(flow, seq)
+        return np.logical_or.reduceat(retrans[o], starts)[gid]
+    return pd.Series(key, copy=False).isin(key[retrans]).to_numpy()
+
+
 def rtt_samples(seg: pd.DataFrame, ddir: np.ndarray) -> pd.DataFrame:
     """RTT samples (ms) per flow: new segments never retransmitted, to the first covering ACK.
 
@@ -261,8 +273,7 @@ def rtt_samples(seg: pd.DataFrame, ddir: np.ndarray) -> pd.DataFrame:
     if not dm.any() or not am.any():
         return pd.DataFrame({"flow": [], "t": [], "rtt_ms": []})
     df_, dseq = f[dm], seg["seq"].to_numpy()[dm]
-    o, starts, gid = pair_groups(df_, dseq)
-    retx = np.logical_or.reduceat(seg["retrans"].to_numpy(bool)[dm][o], starts)[gid]
+    retx = _sent_again(df_, dseq, seg["retrans"].to_numpy(bool)[dm])
     c = np.flatnonzero(~retx & ~seg["reordered"].to_numpy(bool)[dm])
     c = c[~duplicated_pairs(df_[c], dseq[c])]
     cflow = df_[c]

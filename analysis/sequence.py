@@ -18,6 +18,7 @@ the bytes of each segment that no earlier segment of its group carried (goodput)
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 WRAP32 = 1 << 32  # the 32-bit sequence space
 
@@ -108,6 +109,35 @@ def duplicated_pairs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.arange(len(o)) != first[gid]
 
 
+def pair_keys(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+    """One int64 per integer pair (a, b), equal exactly where the pairs are equal; None
+    when the ranges of a and b do not fit one 62-bit key."""
+    if not len(a):
+        return np.zeros(0, np.int64)
+    a0, b0 = int(a.min()), int(b.min())
+    ra, rb = int(a.max()) - a0 + 1, int(b.max()) - b0 + 1
+    if ra * rb >= (1 << 62):
+        return None
+    return (a.astype(np.int64) - a0) * rb + (b.astype(np.int64) - b0)
+
+
+def duplicated_pairs_at(a: np.ndarray, b: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """`duplicated_pairs` (a, b) where mask holds, False elsewhere.
+
+    Only the pairs equal to a masked one are grouped (found by one hash look-up), so a
+    mask that holds rarely costs a linear pass, not a sort of every pair."""
+    out = np.zeros(len(a), bool)
+    idx = np.flatnonzero(mask)
+    if not len(idx):
+        return out
+    key = pair_keys(a, b)
+    if key is None:
+        return duplicated_pairs(a, b) & mask
+    rel = np.flatnonzero(pd.Series(key, copy=False).isin(key[idx]).to_numpy())
+    out[rel] = duplicated_pairs(a[rel], b[rel])
+    return out & mask
+
+
 def reorder_analysis(group: np.ndarray, start: np.ndarray, end: np.ndarray,
                      tsval: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Classify segments (contiguous groups, arrival order) as new, retransmitted, reordered.
@@ -120,7 +150,8 @@ def reorder_analysis(group: np.ndarray, start: np.ndarray, end: np.ndarray,
     st = group_starts(group)
     nextexp = running_max_before(end, st, -(1 << 40))
     behind = start < nextexp
-    dup = duplicated_pairs(np.asarray(group), np.asarray(start))
+    # a start seen before is behind (the earlier segment ends above it): look only there
+    dup = duplicated_pairs_at(np.asarray(group), np.asarray(start), behind)
     late = np.zeros(n, bool)
     if tsval is not None:
         ts = tsval.astype(np.int64)
