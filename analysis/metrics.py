@@ -36,7 +36,6 @@ from analysis import table as T
 from analysis.flows import Flows
 from analysis.sequence import (
     WRAP32,
-    duplicated_pairs,
     group_starts,
     pair_groups,
     pair_keys,
@@ -158,25 +157,17 @@ def flow_table_and_rtt(tbl: T.PacketTable, fl: Flows, seg: pd.DataFrame | None =
     nf = len(flows)
     out = flows[["proto", "src_addr", "sport", "dst_addr", "dport", "syn_seen", "mptcp_token",
                  "mptcp_role"]].copy()
-    rows = np.flatnonzero(fl.pkt_flow >= 0)
-    pf = fl.pkt_flow[rows]
-    key = pf * 2 + fl.pkt_dir[rows]
-    # per (flow, direction) by bincount: sums of integers stay exact below 2^53 bytes
-    agg = {"frames": np.bincount(key, minlength=2 * nf),
-           "frame_bytes": np.bincount(key, c["wirelen"][rows], 2 * nf).astype(np.int64),
-           "payload": np.bincount(key, c["payload"][rows], 2 * nf).astype(np.int64)}
+    agg, first_ts, last_ts = _packet_aggregates(c, fl, nf)
     for k, v in agg.items():
         for d, name in ((0, "fwd"), (1, "rev")):
             out[f"{k}_{name}"] = v[d::2].astype(np.int64)
-    ts_p = c["ts_ns"][rows]
-    first_ts = np.full(nf, np.iinfo(np.int64).max, np.int64)
-    last_ts = np.full(nf, np.iinfo(np.int64).min, np.int64)
-    np.minimum.at(first_ts, pf, ts_p)
-    np.maximum.at(last_ts, pf, ts_p)
     ddir = data_direction(seg, nf) if len(seg) else np.zeros(nf, np.int64)
     ddir = np.where(out["proto"].to_numpy() == "udp",
                     (out["payload_rev"] > out["payload_fwd"]).to_numpy(), ddir).astype(np.int64)
     out["data_dir"] = ddir
+    # RTT samples first: their temporaries are freed before the per-flow ones below
+    rtt = rtt_samples(seg, ddir) if len(seg) else pd.DataFrame({"flow": [], "t": [],
+                                                                "rtt_ms": []})
     syn_ts = seg[(seg["flags"] & T.SYN) != 0].groupby("flow")["ts"].min().reindex(range(nf))
     start = np.where(syn_ts.notna(), syn_ts.fillna(0).to_numpy(), first_ts).astype(np.int64)
     end = last_ts.astype(np.int64).copy()
@@ -187,7 +178,6 @@ def flow_table_and_rtt(tbl: T.PacketTable, fl: Flows, seg: pd.DataFrame | None =
     ext_max = np.zeros(nf, np.int64)
     uniq = np.zeros(nf, np.int64)
     rtt_med = np.full(nf, np.nan)
-    rtt = pd.DataFrame({"flow": [], "t": [], "rtt_ms": []})
     if len(seg):
         f = seg["flow"].to_numpy()
         sdir = seg["dir"].to_numpy()
@@ -215,7 +205,6 @@ def flow_table_and_rtt(tbl: T.PacketTable, fl: Flows, seg: pd.DataFrame | None =
         np.minimum.at(covered, f[am], seg["ts"].to_numpy()[am])
         cov = _reindexed(covered, np.bincount(f[am], minlength=nf) > 0)
         end = np.where(tcp & ~np.isnan(cov), np.nan_to_num(cov), end).astype(np.int64)
-        rtt = rtt_samples(seg, ddir)
         if len(rtt):
             rtt_med = rtt.groupby("flow")["rtt_ms"].median().reindex(range(nf)).to_numpy()
     out["packets"] = out["frames_fwd"] + out["frames_rev"]
@@ -234,6 +223,26 @@ def flow_table_and_rtt(tbl: T.PacketTable, fl: Flows, seg: pd.DataFrame | None =
         out["loss_estimate"] = np.where(uniq > 0, data_retr / np.maximum(uniq, 1), np.nan)
     out["rtt_ms_median"] = rtt_med
     return out, rtt
+
+
+def _packet_aggregates(c: dict[str, np.ndarray], fl: Flows, nf: int
+                       ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    """Per (flow, direction) frames, frame bytes and payload (index ``2 * flow + dir``),
+    and per flow the first and last packet time (ns)."""
+    rows = np.flatnonzero(fl.pkt_flow >= 0)
+    pf = fl.pkt_flow[rows]
+    key = pf * 2 + fl.pkt_dir[rows]
+    # per (flow, direction) by bincount: sums of integers stay exact below 2^53 bytes
+    agg = {"frames": np.bincount(key, minlength=2 * nf),
+           "frame_bytes": np.bincount(key, c["wirelen"][rows], 2 * nf).astype(np.int64),
+           "payload": np.bincount(key, c["payload"][rows], 2 * nf).astype(np.int64)}
+    del key
+    ts_p = c["ts_ns"][rows]
+    first_ts = np.full(nf, np.iinfo(np.int64).max, np.int64)
+    last_ts = np.full(nf, np.iinfo(np.int64).min, np.int64)
+    np.minimum.at(first_ts, pf, ts_p)
+    np.maximum.at(last_ts, pf, ts_p)
+    return agg, first_ts, last_ts
 
 
 def _count(group: np.ndarray, flag: np.ndarray, n: int) -> np.ndarray:
@@ -274,18 +283,24 @@ def rtt_samples(seg: pd.DataFrame, ddir: np.ndarray) -> pd.DataFrame:
         return pd.DataFrame({"flow": [], "t": [], "rtt_ms": []})
     df_, dseq = f[dm], seg["seq"].to_numpy()[dm]
     retx = _sent_again(df_, dseq, seg["retrans"].to_numpy(bool)[dm])
+    # No (flow, start) is left twice: a second segment with a start seen before is behind
+    # the first one's end, so `reorder_analysis` made it a retransmission, and retx drops
+    # every segment of a start that any retransmission has.
     c = np.flatnonzero(~retx & ~seg["reordered"].to_numpy(bool)[dm])
-    c = c[~duplicated_pairs(df_[c], dseq[c])]
-    cflow = df_[c]
-    cend = seg["end"].to_numpy()[dm][c]
-    cts = seg["ts"].to_numpy()[dm][c]
+    dsel = np.flatnonzero(dm)[c]
+    del retx, c, df_, dseq
+    cflow = f[dsel]
+    cend = seg["end"].to_numpy()[dsel]
+    cts = seg["ts"].to_numpy()[dsel]
     aflow, aack, ats = f[am], seg["ack"].to_numpy()[am], seg["ts"].to_numpy()[am]
-    span = int(max(np.abs(aack).max(), np.abs(cend).max() if len(c) else 0, 1)) + 1
+    span = int(max(np.abs(aack).max(), np.abs(cend).max() if len(cflow) else 0, 1)) + 1
     # per flow, running maximum of ACKs in time order; first ACK >= end after the send time
     ao = stable_order(aflow, ats)
-    flow_ack, ts_ack = aflow[ao], ats[ao]
+    if not np.array_equal(ao, np.arange(len(ao))):  # ACKs of a capture are mostly in order
+        aflow, aack, ats = aflow[ao], aack[ao], ats[ao]
+    flow_ack, ts_ack = aflow, ats
     lift = flow_ack.astype(np.int64) * (4 * span)
-    run = np.maximum.accumulate(aack[ao] + lift)
+    run = np.maximum.accumulate(aack + lift)
     target = cend + cflow.astype(np.int64) * (4 * span)
     i = np.searchsorted(run, target, "left")
     ok = i < len(run)
