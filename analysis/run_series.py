@@ -93,11 +93,15 @@ def run_timeseries(caps: list[CaptureAnalysis], base: pd.DataFrame,
         if path and path not in seen_paths:  # one capture per path: the first by name
             seen_paths.add(path)
             keys.append(("path", path))
+        # one series per interface; its path's (when it is the first capture of the path)
+        # holds the same bins under the path's name
+        series = throughput_series(ts[ip], allp[ip], np.zeros(len(ip), np.int64), bin_s, t0,
+                                   good[ip], src, key_names=np.array([c.name], object))
+        del allp, ip, good
         for kind, key in keys:
-            parts.append(throughput_series(ts[ip], allp[ip], np.zeros(len(ip), np.int64),
-                                           bin_s, t0, good[ip], src,
-                                           key_names=np.array([key], object))
-                         .assign(kind=kind, capture=c.name))
+            parts.append(series.assign(key=np.array([key] * len(series), object)
+                                       if len(series) else series["key"],
+                                       kind=kind, capture=c.name))
     if conn_ts:
         d = pd.concat(conn_dsn, ignore_index=True).sort_values(["key", "ts"], kind="stable")
         new = first_seen_bytes(d["key"].to_numpy(), d["dsn"].to_numpy(), d["end"].to_numpy())
