@@ -50,6 +50,13 @@ def run_timeseries(caps: list[CaptureAnalysis], base: pd.DataFrame,
         src = c.table.path
         ts = c.table.cols["ts_ns"]
         good = c.goodput_bytes()
+        path = path_of.get(c.name)
+        keys = [("iface", c.name)]
+        if path and path not in seen_paths:  # one capture per path: the first by name
+            seen_paths.add(path)
+            keys.append(("path", path))
+        # first, while nothing else per packet is held; added after the flows' series
+        iface_parts = _iface_series(c, good, keys, bin_s, t0)
         # per flow (not per packet): which series its packets go to
         fid = c.flow_rows["flow_id"].to_numpy()
         f_mine = np.array([chosen.get(i) == c.name for i in fid], bool)
@@ -86,22 +93,7 @@ def run_timeseries(caps: list[CaptureAnalysis], base: pd.DataFrame,
                                           "ts": c.dsn["ts"].to_numpy()[at],
                                           "dsn": c.dsn["dsn"].to_numpy()[at],
                                           "end": c.dsn["end"].to_numpy()[at]}))
-        allp = c.table.cols["payload"].astype(np.int64)
-        ip = np.flatnonzero(c.table.cols["ip_ver"] > 0)
-        keys = [("iface", c.name)]
-        path = path_of.get(c.name)
-        if path and path not in seen_paths:  # one capture per path: the first by name
-            seen_paths.add(path)
-            keys.append(("path", path))
-        # one series per interface; its path's (when it is the first capture of the path)
-        # holds the same bins under the path's name
-        series = throughput_series(ts[ip], allp[ip], np.zeros(len(ip), np.int64), bin_s, t0,
-                                   good[ip], src, key_names=np.array([c.name], object))
-        del allp, ip, good
-        for kind, key in keys:
-            parts.append(series.assign(key=np.array([key] * len(series), object)
-                                       if len(series) else series["key"],
-                                       kind=kind, capture=c.name))
+        parts += iface_parts
     if conn_ts:
         d = pd.concat(conn_dsn, ignore_index=True).sort_values(["key", "ts"], kind="stable")
         new = first_seen_bytes(d["key"].to_numpy(), d["dsn"].to_numpy(), d["end"].to_numpy())
@@ -117,3 +109,20 @@ def run_timeseries(caps: list[CaptureAnalysis], base: pd.DataFrame,
     if not parts:
         return pd.DataFrame({k: [] for k in TIMESERIES_COLUMNS})
     return pd.concat(parts, ignore_index=True)[TIMESERIES_COLUMNS]
+
+
+def _iface_series(c: CaptureAnalysis, good: np.ndarray, keys: list[tuple[str, str]],
+                  bin_s: float, t0: float) -> list[pd.DataFrame]:
+    """The capture's interface series, and its path's when keys name one: every IP packet's
+    payload (goodput: `CaptureAnalysis.goodput_bytes`).  The path's bins are the
+    interface's under the path's name."""
+    ts = c.table.cols["ts_ns"]
+    ip_any = c.table.cols["ip_ver"] > 0
+    sel = slice(None) if ip_any.all() else np.flatnonzero(ip_any)
+    del ip_any
+    payload = c.table.cols["payload"][sel].astype(np.int64)
+    series = throughput_series(ts[sel], payload, np.zeros(len(payload), np.int64), bin_s, t0,
+                               good[sel], c.table.path, key_names=np.array([c.name], object))
+    return [series.assign(key=np.array([key] * len(series), object) if len(series)
+                          else series["key"], kind=kind, capture=c.name)
+            for kind, key in keys]
