@@ -258,6 +258,11 @@ def _reindexed(values: np.ndarray, present: np.ndarray) -> np.ndarray:
     return np.where(present, values, np.nan)
 
 
+def _abs_max(v: np.ndarray) -> int:
+    """max(|v|) as a Python int (0 for an empty array), without an |v| temporary."""
+    return max(abs(int(v.min())), abs(int(v.max()))) if len(v) else 0
+
+
 def _sent_again(flow: np.ndarray, seq: np.ndarray, retrans: np.ndarray) -> np.ndarray:
     """True for every data segment whose (flow, start) some retransmission also has."""
     if not retrans.any():
@@ -277,8 +282,11 @@ def rtt_samples(seg: pd.DataFrame, ddir: np.ndarray) -> pd.DataFrame:
     f = seg["flow"].to_numpy()
     d = seg["dir"].to_numpy()
     fdir = ddir[f]
-    dm = (d == fdir) & (seg["payload"].to_numpy() > 0)
-    am = (d != fdir) & ((seg["flags"].to_numpy() & T.ACK) != 0)
+    dm = d == fdir
+    dm &= seg["payload"].to_numpy() > 0
+    am = d != fdir
+    am &= (seg["flags"].to_numpy() & T.ACK) != 0
+    del fdir
     if not dm.any() or not am.any():
         return pd.DataFrame({"flow": [], "t": [], "rtt_ms": []})
     df_, dseq = f[dm], seg["seq"].to_numpy()[dm]
@@ -286,25 +294,34 @@ def rtt_samples(seg: pd.DataFrame, ddir: np.ndarray) -> pd.DataFrame:
     # No (flow, start) is left twice: a second segment with a start seen before is behind
     # the first one's end, so `reorder_analysis` made it a retransmission, and retx drops
     # every segment of a start that any retransmission has.
-    c = np.flatnonzero(~retx & ~seg["reordered"].to_numpy(bool)[dm])
-    dsel = np.flatnonzero(dm)[c]
-    del retx, c, df_, dseq
+    retx = retx | seg["reordered"].to_numpy(bool)[dm]
+    dsel = np.flatnonzero(dm)[~retx]
+    del retx, df_, dseq, dm
     cflow = f[dsel]
     cend = seg["end"].to_numpy()[dsel]
     cts = seg["ts"].to_numpy()[dsel]
+    del dsel
     aflow, aack, ats = f[am], seg["ack"].to_numpy()[am], seg["ts"].to_numpy()[am]
-    span = int(max(np.abs(aack).max(), np.abs(cend).max() if len(cflow) else 0, 1)) + 1
+    del am
+    span = max(_abs_max(aack), _abs_max(cend), 1) + 1
     # per flow, running maximum of ACKs in time order; first ACK >= end after the send time
     ao = stable_order(aflow, ats)
-    if not np.array_equal(ao, np.arange(len(ao))):  # ACKs of a capture are mostly in order
+    if (ao[1:] < ao[:-1]).any():  # ACKs of a capture are mostly in order already
         aflow, aack, ats = aflow[ao], aack[ao], ats[ao]
+    del ao
     flow_ack, ts_ack = aflow, ats
-    lift = flow_ack.astype(np.int64) * (4 * span)
-    run = np.maximum.accumulate(aack + lift)
-    target = cend + cflow.astype(np.int64) * (4 * span)
+    run = flow_ack.astype(np.int64) * (4 * span)
+    run += aack
+    del aack
+    np.maximum.accumulate(run, out=run)
+    target = cflow.astype(np.int64) * (4 * span)
+    target += cend
+    del cend
     i = np.searchsorted(run, target, "left")
+    del target
     ok = i < len(run)
-    i = np.minimum(i, len(run) - 1)
+    np.minimum(i, len(run) - 1, out=i)
+    del run
     ok &= flow_ack[i] == cflow
     ok &= ts_ack[i] >= cts
     res = pd.DataFrame({"flow": cflow[ok], "t": cts[ok] / 1e9,
