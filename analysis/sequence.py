@@ -29,11 +29,19 @@ def group_starts(group: np.ndarray) -> np.ndarray:
 
 
 def _group_cumsum(v: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    cs = np.cumsum(v)
+    """Cumulative sums restarting at each group; v (int64) is overwritten with them."""
+    cs = np.cumsum(v, out=v)
     idx = np.flatnonzero(starts)
-    before = np.r_[0, cs[idx[1:] - 1]] if len(idx) else np.zeros(0, cs.dtype)
-    lengths = np.diff(np.r_[idx, len(v)])
-    return cs - np.repeat(before, lengths)
+    if len(idx) <= 1:
+        return cs
+    before = cs[idx[1:] - 1].copy()
+    if len(idx) <= 1024:  # few groups: subtract in place, one slice each
+        ends = np.r_[idx[2:], len(cs)]
+        for lo, hi, b in zip(idx[1:].tolist(), ends.tolist(), before.tolist(), strict=True):
+            cs[lo:hi] -= b
+        return cs
+    cs -= np.repeat(np.r_[0, before], np.diff(np.r_[idx, len(v)]))
+    return cs
 
 
 def unwrap32(values: np.ndarray, base: np.ndarray, group: np.ndarray) -> np.ndarray:
@@ -42,13 +50,21 @@ def unwrap32(values: np.ndarray, base: np.ndarray, group: np.ndarray) -> np.ndar
     values: raw uint32 values in arrival order; base: per-element origin (same group, same
     base); group: group id per element.  Returns int64 offsets from base.
     """
-    rel = (values.astype(np.int64) - base.astype(np.int64)) % WRAP32
+    rel = values.astype(np.int64)
+    rel -= base.astype(np.int64, copy=False)
+    rel %= WRAP32
     st = group_starts(group)
     d = np.empty(len(rel), np.int64)
     if len(rel):
         d[0] = rel[0]
-        d[1:] = ((rel[1:] - rel[:-1] + (1 << 31)) % WRAP32) - (1 << 31)
-        d[st] = np.where(rel[st] >= (1 << 31), rel[st] - WRAP32, rel[st])
+        step = d[1:]
+        np.subtract(rel[1:], rel[:-1], out=step)
+        step += 1 << 31
+        step %= WRAP32
+        step -= 1 << 31
+        first = rel[st]
+        d[st] = np.where(first >= (1 << 31), first - WRAP32, first)
+    del rel
     return _group_cumsum(d, st)
 
 
@@ -56,12 +72,17 @@ def running_max_before(v: np.ndarray, starts: np.ndarray, floor: int) -> np.ndar
     """Running maximum of the previous elements of each group (floor for the first)."""
     if not len(v):
         return v.copy()
-    gi = np.cumsum(starts) - 1
-    shifted = np.r_[floor, v[:-1]].astype(np.int64)
-    shifted[starts] = floor
-    span = int(np.max(np.abs(v))) + abs(floor) + 1
-    lift = gi.astype(np.int64) * (2 * span + 1)
-    m = np.maximum.accumulate(shifted + lift) - lift
+    m = np.empty(len(v), np.int64)
+    m[0] = floor
+    m[1:] = v[:-1]
+    m[starts] = floor
+    span = max(abs(int(v.min())), abs(int(v.max()))) + abs(floor) + 1
+    lift = np.cumsum(starts, dtype=np.int64)
+    lift -= 1
+    lift *= 2 * span + 1
+    m += lift
+    np.maximum.accumulate(m, out=m)
+    m -= lift
     return m
 
 
