@@ -19,6 +19,10 @@ from analysis.table import PacketTable
 
 FLOW_ID_COLUMNS = ["proto", "src_addr", "sport", "dst_addr", "dport"]
 _TEXT_DTYPE = pd.Series(["x"]).dtype  # what pandas makes of a list of strings
+# the packet columns the analysis reads (flows, sequence analysis, MPTCP data level, series)
+ANALYSIS_COLUMNS = ("ts_ns", "wirelen", "ip_ver", "proto", "src", "dst", "sport", "dport",
+                    "payload", "tcp_flags", "seq", "ack", "tsval", "mp_subtypes", "dss_flags",
+                    "dsn", "ssn")
 
 
 def flow_ids(flows: pd.DataFrame) -> pd.Series:
@@ -62,10 +66,12 @@ class CaptureAnalysis:
 
     @classmethod
     def of(cls, path: str | os.PathLike, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-           progress: Progress | None = None) -> CaptureAnalysis:
+           progress: Progress | None = None, all_columns: bool = True) -> CaptureAnalysis:
         """Read and analyse the capture at path (chunk_bytes: read-buffer size; progress:
-        called with (path, bytes read, file size) while reading, see `analysis.pcap`)."""
-        tbl = read_packets(path, chunk_bytes, progress)
+        called with (path, bytes read, file size) while reading, see `analysis.pcap`;
+        all_columns: keep every packet column in ``table``, else only `ANALYSIS_COLUMNS`)."""
+        tbl = read_packets(path, chunk_bytes, progress,
+                           None if all_columns else ANALYSIS_COLUMNS)
         fl = find_flows(tbl)
         seg = M.segments(tbl, fl)
         rows, rtt = M.flow_table_and_rtt(tbl, fl, seg)

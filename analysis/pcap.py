@@ -35,7 +35,7 @@ import ipaddress
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import TextIO
 
@@ -191,7 +191,8 @@ class _ColumnStore:
     are never made resident.
     """
 
-    def __init__(self):
+    def __init__(self, columns: tuple[T.Column, ...] = T.PACKET_COLUMNS):
+        self.columns = columns
         self.cols: dict[str, np.ndarray] = {}
         self.rows = 0
 
@@ -201,32 +202,35 @@ class _ColumnStore:
         cap = len(self.cols["ts_ns"]) if self.cols else 0
         if need > cap:
             cap = max(need, expect, cap + cap // 2, 1024)
-            for c in T.PACKET_COLUMNS:
+            for c in self.columns:
                 grown = np.empty(cap, c.dtype)
                 if self.rows:
                     grown[:self.rows] = self.cols[c.name][:self.rows]
                 self.cols[c.name] = grown
-        for c in T.PACKET_COLUMNS:
+        for c in self.columns:
             self.cols[c.name][self.rows:need] = cols[c.name]
         self.rows = need
 
     def finish(self) -> dict[str, np.ndarray]:
         """The columns, rows 0 .. rows - 1."""
         if not self.cols:
-            return T.empty_columns(T.PACKET_COLUMNS)
+            return T.empty_columns(self.columns)
         return {k: v[:self.rows] for k, v in self.cols.items()}
 
 
 def read_packets(path: str | os.PathLike, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-                 progress: Progress | None = None) -> T.PacketTable:
+                 progress: Progress | None = None, columns: Collection[str] | None = None
+                 ) -> T.PacketTable:
     """Read and decode a whole capture into a `PacketTable`.
 
     path: pcap or pcapng file; chunk_bytes: read-buffer size (results do not depend on it);
-    progress: see `iter_records`.
+    progress: see `iter_records`; columns: the packet columns to keep (default: all of
+    `table.PACKET_COLUMNS`; fewer hold less memory).
     Raises `CaptureFormatError` (file and byte offset) for a truncated or corrupt capture.
     """
     book = _AddressBook()
-    store = _ColumnStore()
+    store = _ColumnStore(T.PACKET_COLUMNS if columns is None else
+                         tuple(c for c in T.PACKET_COLUMNS if c.name in set(columns)))
     side_parts: dict[str, list[dict[str, np.ndarray]]] = {k: [] for k in T.SIDE_COLUMNS}
     state = None
     rows = 0
