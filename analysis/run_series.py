@@ -66,20 +66,23 @@ def run_timeseries(caps: list[CaptureAnalysis], base: pd.DataFrame,
         rows, flow, payload = c.data_bytes_per_packet()
         at_conn = f_conn[flow]  # subflow packets counted for their connection here
         conn_rows, conn_flow, conn_payload = rows[at_conn], flow[at_conn], payload[at_conn]
-        mine = f_mine[flow]
-        rows, flow, payload = rows[mine], flow[mine], payload[mine]
+        rows, flow, payload = _where(f_mine[flow], rows, flow, payload)
         sub = f_par[flow] != ""
         for kind, s in (("flow", ~sub), ("subflow", sub)):
             if s.any():
-                parts.append(throughput_series(ts[rows[s]], payload[s], flow[s], bin_s, t0,
-                                               good[rows[s]], src, key_names=fid)
+                r, fl, pl = _where(s, rows, flow, payload)
+                parts.append(throughput_series(ts[r], pl, fl, bin_s, t0, good[r], src,
+                                               key_names=fid)
                              .assign(kind=kind, capture=c.name))
+                del r, fl, pl
+        del rows, flow, payload, sub, good
         # top-level TCP flows: bytes delivered in order, from the receiver's ACKs
         rrows, rflow, rbytes = c.delivered_bytes_per_packet()
         at_rx = f_rx[rflow]
         if at_rx.any():
-            parts.append(throughput_series(ts[rrows[at_rx]], rbytes[at_rx], rflow[at_rx],
-                                           bin_s, t0, source=src, key_names=fid)
+            rrows, rflow, rbytes = _where(at_rx, rrows, rflow, rbytes)
+            parts.append(throughput_series(ts[rrows], rbytes, rflow, bin_s, t0, source=src,
+                                           key_names=fid)
                          .assign(kind="delivered", capture=c.name))
         if at_conn.any():  # connections: their subflows' packets at this capture
             conn_ts.append(ts[conn_rows])
@@ -109,6 +112,13 @@ def run_timeseries(caps: list[CaptureAnalysis], base: pd.DataFrame,
     if not parts:
         return pd.DataFrame({k: [] for k in TIMESERIES_COLUMNS})
     return pd.concat(parts, ignore_index=True)[TIMESERIES_COLUMNS]
+
+
+def _where(mask: np.ndarray, *arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+    """arrays[mask] each, or the arrays themselves (no copies) when mask holds everywhere."""
+    if mask.all():
+        return arrays
+    return tuple(a[mask] for a in arrays)
 
 
 def _iface_series(c: CaptureAnalysis, good: np.ndarray, keys: list[tuple[str, str]],
