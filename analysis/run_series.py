@@ -131,8 +131,9 @@ def _iface_series(c: CaptureAnalysis, good: np.ndarray, keys: list[tuple[str, st
     sel = slice(None) if ip_any.all() else np.flatnonzero(ip_any)
     del ip_any
     payload = c.table.cols["payload"][sel].astype(np.int64)
-    series = throughput_series(ts[sel], payload, np.zeros(len(payload), np.int64), bin_s, t0,
-                               good[sel], c.table.path, key_names=np.array([c.name], object))
+    one_key = np.broadcast_to(np.int64(0), len(payload))  # no per-packet array
+    series = throughput_series(ts[sel], payload, one_key, bin_s, t0, good[sel], c.table.path,
+                               key_names=np.array([c.name], object))
     return [series.assign(key=np.array([key] * len(series), object) if len(series)
                           else series["key"], kind=kind, capture=c.name)
             for kind, key in keys]

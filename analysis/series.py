@@ -47,7 +47,8 @@ def throughput_series(ts_ns: np.ndarray, nbytes: np.ndarray, keys: np.ndarray, b
         codes, names = pd.factorize(keys)
     else:  # equal names are one series
         merged, names = pd.factorize(np.asarray(key_names, object))
-        codes = merged[np.asarray(keys, np.int64)]
+        # one name: every packet's code is 0, no per-packet array needed
+        codes = None if len(names) == 1 else merged[np.asarray(keys, np.int64)]
     names = np.asarray(names, object)
     by_name = np.argsort(names, kind="stable")
     rank = np.empty(len(names), np.int64)
@@ -64,10 +65,11 @@ def throughput_series(ts_ns: np.ndarray, nbytes: np.ndarray, keys: np.ndarray, b
     if not on_clock.all():
         if not on_clock.any():
             return pd.DataFrame({k: [] for k in SERIES_COLUMNS})
-        b, codes = b[on_clock], codes[on_clock]
+        b = b[on_clock]
+        codes = None if codes is None else codes[on_clock]
         nbytes = np.asarray(nbytes)[on_clock]
         good = None if good is None else np.asarray(good)[on_clock]
-    r = rank[codes]
+    r = None if codes is None else rank[codes]
     gk, gb, gbytes, ggood = _bin_sums(r, b, len(names), np.asarray(nbytes),
                                       None if good is None else np.asarray(good))
     kfirst = np.flatnonzero(np.r_[True, gk[1:] != gk[:-1]])
@@ -102,10 +104,11 @@ def throughput_series(ts_ns: np.ndarray, nbytes: np.ndarray, keys: np.ndarray, b
     return out[SERIES_COLUMNS]
 
 
-def _bin_sums(r: np.ndarray, b: np.ndarray, nkeys: int, nb: np.ndarray, good: np.ndarray | None
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _bin_sums(r: np.ndarray | None, b: np.ndarray, nkeys: int, nb: np.ndarray,
+              good: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The occupied (key rank, bin) pairs sorted by rank then bin, with the sums of nb and
-    good over each: (rank, bin, bytes, good).  Sums keep nb's (good's) dtype.
+    good over each: (rank, bin, bytes, good).  Sums keep nb's (good's) dtype.  r None:
+    every packet has rank 0.
 
     Dense (`np.bincount` over every rank and bin in range, linear in the packets) when that
     grid is small next to the packets; else by one sort of the pairs.
@@ -113,12 +116,16 @@ def _bin_sums(r: np.ndarray, b: np.ndarray, nkeys: int, nb: np.ndarray, good: np
     b0 = int(b.min())
     width = int(b.max()) - b0 + 1
     if nkeys * width <= max(4 * len(b), 1 << 16):
-        cell = r * width + (b - b0)
+        cell = b - b0
+        if r is not None:
+            cell += r * width
         size = nkeys * width
         hit = np.flatnonzero(np.bincount(cell, minlength=size))
         gbytes = _exact_sums(cell, nb, size)[hit]
         ggood = gbytes if good is None else _exact_sums(cell, good, size)[hit]
         return hit // width, hit % width + b0, gbytes, ggood
+    if r is None:
+        r = np.zeros(len(b), np.int64)
     o = np.lexsort((b, r))
     rs, bs = r[o], b[o]
     first = np.flatnonzero(np.r_[True, (rs[1:] != rs[:-1]) | (bs[1:] != bs[:-1])])
