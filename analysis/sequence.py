@@ -213,10 +213,16 @@ def first_seen_bytes(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> n
     st = group_starts(group)
     lo = int(start.min())
     highest = running_max_before(end, st, lo)
-    lowest = -running_max_before(-start, st, -int(start.max()))
-    new = np.maximum(end - np.maximum(start, highest), 0)
+    lowest = running_max_before(np.negative(start), st, -int(start.max()))
+    np.negative(lowest, out=lowest)
+    hole = start < lowest
+    del lowest
+    hole |= start > highest
+    hole &= ~st
+    new = np.maximum(start, highest, out=highest)  # in place: highest is not needed again
+    np.subtract(end, new, out=new)
+    np.maximum(new, 0, out=new)
     new[st] = end[st] - start[st]
-    hole = ~st & ((start > highest) | (start < lowest))
     if hole.any():
         gi = np.cumsum(st) - 1
         holey = np.flatnonzero(np.isin(gi, np.unique(gi[hole])))
