@@ -16,7 +16,8 @@ is its own:
   it reads about 25 k packets/s, so 10 M packets take 7 minutes).
 
 Rates are per CPU-second of the process (robust on a shared, busy machine) and per
-wall-clock second.
+wall-clock second; "kernel %" is the share of that CPU time spent in the kernel, mostly
+page faults on freshly allocated memory (it grows with the memory a stage touches).
 
     .venv/bin/python benchmarks/analysis_speed.py [--packets 1000000 10000000] [--dir DIR]
 """
@@ -248,9 +249,12 @@ def measure(stage: str, cap: Path) -> dict:
     else:
         run = _bundle(cap, cap.parent)
         fn = lambda: analyze_bundle(run)  # noqa: E731
+    sys0 = resource.getrusage(resource.RUSAGE_SELF).ru_stime
     cpu, wall = _time(fn)
+    kernel = resource.getrusage(resource.RUSAGE_SELF).ru_stime - sys0
     peak = _peak_rss_mb()
-    return {"cpu": cpu, "wall": wall, "rss_mb": peak, "base_rss_mb": base_rss}
+    return {"cpu": cpu, "wall": wall, "rss_mb": peak, "base_rss_mb": base_rss,
+            "kernel_share": kernel / cpu if cpu > 0 else 0.0}
 
 
 STAGES = (("decode", "reader: decode every chunk, keep nothing"),
@@ -279,7 +283,7 @@ def main() -> int:
     unmeasured = []
     try:
         print(f"{'capture':>12s}  {'stage':42s} {'pkts/cpu-s':>11s} {'pkts/wall-s':>11s} "
-              f"{'RSS MB (+ over imports)':>14s} {'x tshark':>8s}")
+              f"{'RSS MB (+ over imports)':>14s} {'x tshark':>8s} {'kernel %':>8s}")
         for want in args.packets:
             cap = tmp / f"bench-{want}.pcap"
             n = synth_capture(cap, want)
@@ -290,29 +294,32 @@ def main() -> int:
                                  timeout=7200, record=False).stdout
                 r = json.loads(out.strip().splitlines()[-1])
                 rows.append((name, r["cpu"], r["wall"],
-                             f"{r['rss_mb']:5.0f} (+{r['rss_mb'] - r['base_rss_mb']:4.0f})"))
+                             f"{r['rss_mb']:5.0f} (+{r['rss_mb'] - r['base_rss_mb']:4.0f})",
+                             f"{100 * r['kernel_share']:8.0f}"))
             ts = None
             if not shutil.which("tshark"):
                 rows.append(("tshark -T fields (9 fields)", None, None,
-                             "n/a: tshark is not installed (apt-get install tshark)"))
+                             "n/a: tshark is not installed (apt-get install tshark)", ""))
                 unmeasured.append(f"{label}: tshark is not installed")
             elif n > args.tshark_max:
                 rows.append(("tshark -T fields (9 fields)", None, None,
-                             f"skipped (> --tshark-max {args.tshark_max})"))
+                             f"skipped (> --tshark-max {args.tshark_max})", ""))
             else:
                 argv = tshark.fields_argv(cap, tshark.BENCH_FIELDS)
                 ts = _time(lambda argv=argv: runner.run(argv, timeout=7200, record=False))
-                rows.append(("tshark -T fields (9 fields)", ts[0], ts[1], f"{'-':>12s}"))
+                rows.append(("tshark -T fields (9 fields)", ts[0], ts[1], f"{'-':>12s}",
+                             f"{'-':>8s}"))
             if args.dpkt:
                 cpu, wall = _time(lambda cap=cap: _dpkt_parse(cap))
                 rows.append(("dpkt (Ethernet/IP/TCP objects + options)", cpu, wall,
-                             f"{'-':>12s}"))
-            for name, cpu, wall, rss in rows:
+                             f"{'-':>12s}", f"{'-':>8s}"))
+            for name, cpu, wall, rss, kernel in rows:
                 if cpu is None:
                     print(f"{label:>12s}  {name:42s} {rss}")
                     continue
                 x = f"{ts[0] / cpu:8.1f}" if ts else f"{'-':>8s}"
-                print(f"{label:>12s}  {name:42s} {n / cpu:11,.0f} {n / wall:11,.0f} {rss} {x}")
+                print(f"{label:>12s}  {name:42s} {n / cpu:11,.0f} {n / wall:11,.0f} {rss} {x} "
+                      f"{kernel}")
             cap.unlink()
             shutil.rmtree(tmp / f"run-{cap.stem}", ignore_errors=True)
         print(f"one core; load average at the end {os.getloadavg()[0]:.2f} on "
