@@ -12,6 +12,11 @@ is its own:
 * the whole pipeline: `analysis.bundle.analyze_bundle` on a bundle holding the capture --
   flows, sequence analysis, reordering, RTT, MPTCP data level, time series, every
   ``metrics/*.parquet`` written;
+* the whole pipeline once more with ``NUMPY_MADVISE_HUGEPAGE=0`` (numpy's documented switch:
+  no ``madvise(MADV_HUGEPAGE)`` on its large arrays).  Where transparent huge pages are
+  ``madvise`` (Debian's default) numpy asks for them on every array of 4 MB or more; on
+  the 2-core VM these figures come from, faulting those pages in took about as much
+  kernel time as the analysis itself, and 4 KiB pages took half as much;
 * ``tshark -T fields`` with nine fields (only on captures up to ``--tshark-max`` packets:
   it reads about 25 k packets/s, so 10 M packets take 7 minutes).
 
@@ -257,9 +262,11 @@ def measure(stage: str, cap: Path) -> dict:
             "kernel_share": kernel / cpu if cpu > 0 else 0.0}
 
 
-STAGES = (("decode", "reader: decode every chunk, keep nothing"),
-          ("reader", "reader: read_packets -> packet table"),
-          ("pipeline", "pipeline: analyze_bundle, every table"))
+STAGES = (("decode", "reader: decode every chunk, keep nothing", {}),
+          ("reader", "reader: read_packets -> packet table", {}),
+          ("pipeline", "pipeline: analyze_bundle, every table", {}),
+          # the same, with numpy's transparent-huge-page advice off (see the docstring)
+          ("pipeline", "pipeline, NUMPY_MADVISE_HUGEPAGE=0", {"NUMPY_MADVISE_HUGEPAGE": "0"}))
 
 
 def main() -> int:
@@ -289,9 +296,9 @@ def main() -> int:
             n = synth_capture(cap, want)
             label = f"{n / 1e6:.1f} M pkts"
             rows = []
-            for stage, name in STAGES:
+            for stage, name, env in STAGES:
                 out = runner.run([sys.executable, __file__, "--measure", stage, str(cap)],
-                                 timeout=7200, record=False).stdout
+                                 timeout=7200, record=False, env={**os.environ, **env}).stdout
                 r = json.loads(out.strip().splitlines()[-1])
                 rows.append((name, r["cpu"], r["wall"],
                              f"{r['rss_mb']:5.0f} (+{r['rss_mb'] - r['base_rss_mb']:4.0f})",
