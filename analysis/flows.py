@@ -64,25 +64,28 @@ def find_flows(tbl: T.PacketTable) -> Flows:
     syn = ((flags & (T.SYN | T.ACK)) == T.SYN) & (c["proto"][rows] == 6)
     # split a 4-tuple at each SYN with a new ISN (port reuse)
     order = _tuple_time_order(tuple_id, c["ts_ns"][rows])
-    tid, sy, sq = tuple_id[order], syn[order], c["seq"][rows][order]
+    srt = rows[order]  # packet rows by 4-tuple, then time
+    tid, sy = tuple_id[order], syn[order]
+    del order, tuple_id, syn
     syn_idx = np.flatnonzero(sy)
-    new = np.zeros(len(order), bool)
+    sq = c["seq"][srt[syn_idx]]  # the SYNs' sequence numbers
+    new = np.zeros(len(tid), bool)
     if len(tid):
         new = np.r_[True, tid[1:] != tid[:-1]]  # each 4-tuple starts a flow
     if len(syn_idx):  # ... and so does a SYN that is not a retransmission of the last one
         prev_same = np.r_[False, tid[syn_idx[1:]] == tid[syn_idx[:-1]]]
-        prev_seq = np.r_[0, sq[syn_idx[:-1]]]
-        new[syn_idx] |= ~(prev_same & (prev_seq == sq[syn_idx]))
+        prev_seq = np.r_[0, sq[:-1]]
+        new[syn_idx] |= ~(prev_same & (prev_seq == sq))
+    del tid
     flow_sorted = np.cumsum(new) - 1
     pkt_flow = np.full(n, -1, np.int64)
-    pkt_flow[rows[order]] = flow_sorted
+    pkt_flow[srt] = flow_sorted
     nflows = int(flow_sorted[-1]) + 1 if len(flow_sorted) else 0
 
     # initiator: sender of the flow's first SYN, else of its first packet
-    srt = rows[order]
     first = np.flatnonzero(new)
-    init_src = c["src"][srt[first]].astype(np.int64)
-    init_sport = c["sport"][srt[first]].astype(np.int64)
+    init_src = c["src"][srt[first]]
+    init_sport = c["sport"][srt[first]]
     syn_pos = np.flatnonzero(sy)
     syn_seen = np.zeros(nflows, bool)
     if len(syn_pos):
@@ -213,9 +216,9 @@ def _group_mptcp(tbl: T.PacketTable, pkt_flow: np.ndarray, pkt_dir: np.ndarray,
             flows.at[f, "mptcp_key_fwd" if d == 0 else "mptcp_key_rev"] = int(k)
         flows.loc[f, "mptcp_role"] = "initial"
     # flows whose MP_CAPABLE keys were not captured but that carry MP_CAPABLE / DSS
-    mp = np.flatnonzero(tbl.cols["mp_subtypes"] != 0)
-    for f in np.unique(pkt_flow[mp]):
-        if f >= 0 and flows.loc[f, "mptcp_role"] == "":
+    mp_flow = pkt_flow[tbl.cols["mp_subtypes"] != 0]
+    for f in np.flatnonzero(np.bincount(mp_flow[mp_flow >= 0], minlength=len(flows))):
+        if flows.loc[f, "mptcp_role"] == "":
             flows.loc[f, "mptcp_role"] = "unknown"
     client_tokens = {}
     for f, kd in keys.items():
