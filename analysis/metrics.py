@@ -54,10 +54,12 @@ def segments(tbl: T.PacketTable, fl: Flows) -> pd.DataFrame:
     """
     c = tbl.cols
     rows = np.flatnonzero((fl.pkt_flow >= 0) & (c["proto"] == 6))
-    f, d = fl.pkt_flow[rows], fl.pkt_dir[rows].astype(np.int64)
-    order = _stable_argsort(f * 2 + d)  # by flow, direction, then row (ascending)
-    rows, f, d = rows[order], f[order], d[order]
-    grp = f * 2 + d
+    grp = fl.pkt_flow[rows] * 2
+    grp += fl.pkt_dir[rows]
+    order = _stable_argsort(grp)  # by flow, direction, then row (ascending)
+    rows, grp = rows[order], grp[order]
+    del order
+    f, d = grp >> 1, grp & 1
     # per (flow, direction) origin: the ISN + 1 (SYN seen), else the first sequence number;
     # ACKs are relative to the other direction's origin
     origin = _origins(fl.flows)
