@@ -53,6 +53,7 @@ DEFAULT_CHUNK_BYTES = 1 << 19  # a chunk and its gathers stay in the CPU caches,
 # temporaries stay small enough for malloc to reuse (1 MiB chunks made it map fresh pages
 # for every chunk: a quarter of the reading time went to page faults)
 _PAD = 64
+_MAX_GUESS_ROWS = 1 << 24  # first capacity at most this (more is grown into, by half)
 
 
 class _AddressBook:
@@ -202,8 +203,8 @@ class _ColumnStore:
         """Copy n rows of cols in; expect: estimated rows in the whole file."""
         need = self.rows + n
         cap = len(self.cols["ts_ns"]) if self.cols else 0
-        if need > cap:
-            cap = max(need, expect, cap + cap // 2, 1024)
+        if need > cap:  # an estimate from a strange first chunk is trusted only so far
+            cap = max(need, min(expect, _MAX_GUESS_ROWS), cap + cap // 2, 1024)
             for c in self.columns:
                 grown = np.empty(cap, c.dtype)
                 if self.rows:

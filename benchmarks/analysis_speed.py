@@ -13,17 +13,17 @@ is its own:
   flows, sequence analysis, reordering, RTT, MPTCP data level, time series, every
   ``metrics/*.parquet`` written;
 * the whole pipeline once more with ``NUMPY_MADVISE_HUGEPAGE=0`` (numpy's documented switch:
-  no ``madvise(MADV_HUGEPAGE)`` on its large arrays).  Where transparent huge pages are
-  ``madvise`` (Debian's default) numpy asks for them on every array of 4 MB or more; on
-  the 2-core VM these figures come from, faulting those pages in took about as much
-  kernel time as the analysis itself, and 4 KiB pages took half as much;
+  no ``madvise(MADV_HUGEPAGE)`` on its arrays of 4 MB or more, which numpy otherwise
+  gives where transparent huge pages are ``madvise``, Debian's default): how much of the
+  kernel's share comes from huge pages;
 * ``tshark -T fields`` with nine fields (only on captures up to ``--tshark-max`` packets:
-  it reads about 25 k packets/s, so 10 M packets take 7 minutes).
+  it reads about 50 k packets/s, so 10 M packets would take over 3 minutes).
 
 Each stage runs in ``--repeat`` fresh processes (default 3) and the one with the least CPU
-time is shown.  Rates are per CPU-second of the process (robust on a shared, busy machine)
-and per wall-clock second; "kernel %" is the share of that CPU time spent in the kernel, mostly
-page faults on freshly allocated memory (it grows with the memory a stage touches).
+time is shown, with the median run's rate in the last column.  Rates are per CPU-second
+of the process (robust on a shared, busy machine) and per wall-clock second; "kernel %"
+is the share of that CPU time spent in the kernel, mostly page faults on freshly
+allocated memory (it grows with the memory a stage touches).
 
     .venv/bin/python benchmarks/analysis_speed.py [--packets 1000000 10000000] [--dir DIR]
 """
@@ -294,7 +294,8 @@ def main() -> int:
     unmeasured = []
     try:
         print(f"{'capture':>12s}  {'stage':42s} {'pkts/cpu-s':>11s} {'pkts/wall-s':>11s} "
-              f"{'RSS MB (+ over imports)':>14s} {'x tshark':>8s} {'kernel %':>8s}")
+              f"{'RSS MB (+ over imports)':>14s} {'x tshark':>8s} {'kernel %':>8s} "
+              f"{'median pkts/cpu-s':>14s}")
         for want in args.packets:
             cap = tmp / f"bench-{want}.pcap"
             n = synth_capture(cap, want)
@@ -308,9 +309,10 @@ def main() -> int:
                                      env={**os.environ, **env}).stdout
                     runs.append(json.loads(out.strip().splitlines()[-1]))
                 r = min(runs, key=lambda x: x["cpu"])
+                mid = sorted(x["cpu"] for x in runs)[len(runs) // 2]
                 rows.append((name, r["cpu"], r["wall"],
                              f"{r['rss_mb']:5.0f} (+{r['rss_mb'] - r['base_rss_mb']:4.0f})",
-                             f"{100 * r['kernel_share']:8.0f}"))
+                             f"{100 * r['kernel_share']:8.0f} {n / mid:14,.0f}"))
             ts = None
             if not shutil.which("tshark"):
                 rows.append(("tshark -T fields (9 fields)", None, None,
