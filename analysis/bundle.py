@@ -275,7 +275,8 @@ def analyze_bundle(run_dir: str | Path, bin_s: float = DEFAULT_BIN_S,
         raise safefiles.UnsafeFileError(f"{run / 'metrics'}: not a directory of the bundle "
                                         "(a symbolic link?); nothing is written through it")
     meta = load_metadata(run)
-    caps = [CaptureAnalysis.of(p, chunk_bytes, progress) for p in captures_of(run, warnings)]
+    caps = [CaptureAnalysis.of(p, chunk_bytes, progress, all_columns=False)
+            for p in captures_of(run, warnings)]
 
     def sample(name: str) -> Path | None:
         return safefiles.file_in(run, f"samples/{name}", warnings)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from analysis import metrics as M
 from analysis.dsn import connection_table, dsn_analysis, key_origins
@@ -17,6 +18,11 @@ from analysis.sequence import first_seen_bytes
 from analysis.table import PacketTable
 
 FLOW_ID_COLUMNS = ["proto", "src_addr", "sport", "dst_addr", "dport"]
+_TEXT_DTYPE = pd.Series(["x"]).dtype  # what pandas makes of a list of strings
+# the packet columns the analysis reads (flows, sequence analysis, MPTCP data level, series)
+ANALYSIS_COLUMNS = ("ts_ns", "wirelen", "ip_ver", "proto", "src", "dst", "sport", "dport",
+                    "payload", "tcp_flags", "seq", "ack", "tsval", "mp_subtypes", "dss_flags",
+                    "dsn", "ssn")
 
 
 def flow_ids(flows: pd.DataFrame) -> pd.Series:
@@ -27,6 +33,17 @@ def flow_ids(flows: pd.DataFrame) -> pd.Series:
     nth = flows.assign(_b=base).sort_values("start", kind="stable").groupby("_b").cumcount()
     nth = nth.reindex(flows.index)
     return base.where(nth == 0, base + "#" + (nth + 1).astype(str))
+
+
+def text_column(codes: np.ndarray, names: np.ndarray
+                ) -> np.ndarray | pd.api.extensions.ExtensionArray:
+    """``names[codes]`` as pandas' default text column, built by Arrow from a dictionary
+    (one string per name, not one Python string per row)."""
+    if not isinstance(_TEXT_DTYPE, pd.StringDtype):  # pandas < 3: object columns
+        return names[codes]
+    labels = pa.array([str(x) for x in names], pa.large_string())
+    arr = pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32), pa.int32()), labels)
+    return pd.array(arr.cast(pa.large_string()), dtype=_TEXT_DTYPE)
 
 
 @dataclass
@@ -49,10 +66,12 @@ class CaptureAnalysis:
 
     @classmethod
     def of(cls, path: str | os.PathLike, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-           progress: Progress | None = None) -> CaptureAnalysis:
+           progress: Progress | None = None, all_columns: bool = True) -> CaptureAnalysis:
         """Read and analyse the capture at path (chunk_bytes: read-buffer size; progress:
-        called with (path, bytes read, file size) while reading, see `analysis.pcap`)."""
-        tbl = read_packets(path, chunk_bytes, progress)
+        called with (path, bytes read, file size) while reading, see `analysis.pcap`;
+        all_columns: keep every packet column in ``table``, else only `ANALYSIS_COLUMNS`)."""
+        tbl = read_packets(path, chunk_bytes, progress,
+                           None if all_columns else ANALYSIS_COLUMNS)
         fl = find_flows(tbl)
         seg = M.segments(tbl, fl)
         rows, rtt = M.flow_table_and_rtt(tbl, fl, seg)
@@ -111,6 +130,6 @@ class CaptureAnalysis:
         r = self.rtt_samples if self.rtt_samples is not None else \
             M.rtt_samples(self.segments, ddir)
         ids = self.flow_rows["flow_id"].to_numpy()
-        return pd.DataFrame({"flow_id": ids[r["flow"].to_numpy().astype(np.int64)],
+        return pd.DataFrame({"flow_id": text_column(r["flow"].to_numpy().astype(np.int64), ids),
                              "capture": self.name, "t": r["t"].to_numpy(float),
                              "rtt_ms": r["rtt_ms"].to_numpy(float)})

@@ -49,13 +49,13 @@ def find_flows(tbl: T.PacketTable) -> Flows:
     n = len(tbl)
     is_l4 = ((c["proto"] == 6) | (c["proto"] == 17)) & (c["ip_ver"] > 0)
     rows = np.flatnonzero(is_l4)
-    a = (c["src"][rows].astype(np.uint64) << np.uint64(16)) | c["sport"][rows]
-    b = (c["dst"][rows].astype(np.uint64) << np.uint64(16)) | c["dport"][rows]
-    lo, hi = np.minimum(a, b), np.maximum(a, b)
-    is_tcp = (c["proto"][rows] == 6).astype(np.uint64)
     if len(tbl.addresses) < (1 << 15):  # (lo, hi, proto) fits one 64-bit key: one hash pass
-        tuple_id, _ = pd.factorize((lo << np.uint64(32) | hi) << np.uint64(1) | is_tcp)
+        tuple_id, _ = pd.factorize(_tuple_keys(c, rows))
     else:  # codes in order of first appearance either way, so the ids are the same
+        a = (c["src"][rows].astype(np.uint64) << np.uint64(16)) | c["sport"][rows]
+        b = (c["dst"][rows].astype(np.uint64) << np.uint64(16)) | c["dport"][rows]
+        lo, hi = np.minimum(a, b), np.maximum(a, b)
+        is_tcp = (c["proto"][rows] == 6).astype(np.uint64)
         k1, _ = pd.factorize(lo)
         k2, u2 = pd.factorize(hi)
         k3 = (k1.astype(np.int64) * max(len(u2), 1) + k2) * 2 + is_tcp.astype(np.int64)
@@ -63,26 +63,29 @@ def find_flows(tbl: T.PacketTable) -> Flows:
     flags = c["tcp_flags"][rows]
     syn = ((flags & (T.SYN | T.ACK)) == T.SYN) & (c["proto"][rows] == 6)
     # split a 4-tuple at each SYN with a new ISN (port reuse)
-    order = np.lexsort((c["ts_ns"][rows], tuple_id))
-    tid, sy, sq = tuple_id[order], syn[order], c["seq"][rows][order]
+    order = _tuple_time_order(tuple_id, c["ts_ns"][rows])
+    srt = rows[order]  # packet rows by 4-tuple, then time
+    tid, sy = tuple_id[order], syn[order]
+    del order, tuple_id, syn
     syn_idx = np.flatnonzero(sy)
-    new = np.zeros(len(order), bool)
+    sq = c["seq"][srt[syn_idx]]  # the SYNs' sequence numbers
+    new = np.zeros(len(tid), bool)
     if len(tid):
         new = np.r_[True, tid[1:] != tid[:-1]]  # each 4-tuple starts a flow
     if len(syn_idx):  # ... and so does a SYN that is not a retransmission of the last one
         prev_same = np.r_[False, tid[syn_idx[1:]] == tid[syn_idx[:-1]]]
-        prev_seq = np.r_[0, sq[syn_idx[:-1]]]
-        new[syn_idx] |= ~(prev_same & (prev_seq == sq[syn_idx]))
+        prev_seq = np.r_[0, sq[:-1]]
+        new[syn_idx] |= ~(prev_same & (prev_seq == sq))
+    del tid
     flow_sorted = np.cumsum(new) - 1
     pkt_flow = np.full(n, -1, np.int64)
-    pkt_flow[rows[order]] = flow_sorted
+    pkt_flow[srt] = flow_sorted
     nflows = int(flow_sorted[-1]) + 1 if len(flow_sorted) else 0
 
     # initiator: sender of the flow's first SYN, else of its first packet
-    srt = rows[order]
     first = np.flatnonzero(new)
-    init_src = c["src"][srt[first]].astype(np.int64)
-    init_sport = c["sport"][srt[first]].astype(np.int64)
+    init_src = c["src"][srt[first]]
+    init_sport = c["sport"][srt[first]]
     syn_pos = np.flatnonzero(sy)
     syn_seen = np.zeros(nflows, bool)
     if len(syn_pos):
@@ -100,17 +103,47 @@ def find_flows(tbl: T.PacketTable) -> Flows:
     return Flows(pkt_flow, pkt_dir, flows)
 
 
+def _tuple_keys(c: dict[str, np.ndarray], rows: np.ndarray, block: int = 1 << 16
+                ) -> np.ndarray:
+    """One uint64 per packet of rows naming its 4-tuple and protocol, either direction:
+    ``((lo << 32 | hi) << 1) | is_tcp`` with lo/hi the smaller/larger of (address id << 16
+    | port) of the two ends (address ids below 2^15).  Computed a block at a time, so the
+    temporaries stay small whatever the capture's size."""
+    out = np.empty(len(rows), np.uint64)
+    for i in range(0, len(rows), block):
+        r = rows[i:i + block]
+        a = (c["src"][r].astype(np.uint64) << np.uint64(16)) | c["sport"][r]
+        b = (c["dst"][r].astype(np.uint64) << np.uint64(16)) | c["dport"][r]
+        key = np.minimum(a, b) << np.uint64(32)
+        key |= np.maximum(a, b)
+        key <<= np.uint64(1)
+        key |= c["proto"][r] == 6
+        out[i:i + block] = key
+    return out
+
+
+def _tuple_time_order(tuple_id: np.ndarray, ts: np.ndarray) -> np.ndarray:
+    """``np.lexsort((ts, tuple_id))``: by 4-tuple, then time, then row.  When the times
+    already rise in row order (the usual capture), one stable sort of the tuple ids (narrowed
+    so that numpy's radix sort applies) gives the same order."""
+    if len(ts) < 2 or not (ts[1:] >= ts[:-1]).all():
+        return np.lexsort((ts, tuple_id))
+    top = int(tuple_id.max()) if len(tuple_id) else 0
+    narrow = tuple_id.astype(np.uint16 if top < (1 << 16) else np.uint32 if top < (1 << 32)
+                             else np.int64)
+    return np.argsort(narrow, kind="stable")
+
+
 def _describe(tbl: T.PacketTable, rows: np.ndarray, fl: np.ndarray, d: np.ndarray, nflows: int,
               syn_seen: np.ndarray) -> pd.DataFrame:
     c = tbl.cols
     names = np.array(tbl.addresses, dtype=object)
-    df = pd.DataFrame({"flow": fl, "dir": d, "src": c["src"][rows], "dst": c["dst"][rows],
-                       "sport": c["sport"][rows], "dport": c["dport"][rows],
-                       "proto": c["proto"][rows], "ts": c["ts_ns"][rows],
-                       "seq": c["seq"][rows], "flags": c["tcp_flags"][rows]})
-    fwd = _first_per_flow(df, d == 0)
-    any_ = _first_per_flow(df, None)
-    rev = _first_per_flow(df, d == 1)
+    fields = {"dir": d, "src": c["src"], "dst": c["dst"], "sport": c["sport"],
+              "dport": c["dport"], "proto": c["proto"], "ts": c["ts_ns"], "seq": c["seq"],
+              "flags": c["tcp_flags"]}
+    fwd = _first_per_flow(fields, rows, fl, d == 0)
+    any_ = _first_per_flow(fields, rows, fl, None)
+    rev = _first_per_flow(fields, rows, fl, d == 1)
     out = pd.DataFrame(index=pd.RangeIndex(nflows, name="flow"))
     base = fwd.reindex(out.index)
     miss = base["src"].isna()
@@ -125,7 +158,9 @@ def _describe(tbl: T.PacketTable, rows: np.ndarray, fl: np.ndarray, d: np.ndarra
     out["dst_addr"] = names[base["dst"].astype(np.int64).to_numpy()]
     out["dport"] = base["dport"].astype(np.int64).to_numpy()
     out["syn_seen"] = syn_seen
-    isn = df[(df["flags"] & T.SYN) != 0].groupby(["flow", "dir"])["seq"].first()
+    sp = np.flatnonzero((c["tcp_flags"][rows] & T.SYN) != 0)
+    isn = pd.DataFrame({"flow": fl[sp], "dir": d[sp], "seq": c["seq"][rows[sp]]}
+                       ).groupby(["flow", "dir"])["seq"].first()
     out["isn_fwd"] = isn.xs(0, level="dir").reindex(out.index) if 0 in isn.index.get_level_values(
         "dir") else np.nan
     out["isn_rev"] = isn.xs(1, level="dir").reindex(out.index) if 1 in isn.index.get_level_values(
@@ -137,15 +172,20 @@ def _describe(tbl: T.PacketTable, rows: np.ndarray, fl: np.ndarray, d: np.ndarra
     return out
 
 
-def _first_per_flow(df: pd.DataFrame, mask: np.ndarray | None) -> pd.DataFrame:
-    """``df[mask].groupby("flow").first()`` in one pass (no column holds NaN)."""
-    sel = np.arange(len(df)) if mask is None else np.flatnonzero(mask)
-    fl = df["flow"].to_numpy()[sel]
-    first = np.full(int(fl.max()) + 1 if len(fl) else 0, len(sel), np.int64)
-    np.minimum.at(first, fl, np.arange(len(sel)))
+def _first_per_flow(fields: dict[str, np.ndarray], rows: np.ndarray, fl: np.ndarray,
+                    mask: np.ndarray | None) -> pd.DataFrame:
+    """Per flow, the fields of its first packet (in row order) where mask holds.
+
+    fields: ``dir`` per element of rows, the others per packet of the table; rows: packet
+    rows; fl: flow per element of rows.  As ``DataFrame(...)[mask].groupby("flow").first()``
+    (no column holds NaN), without building the per-packet frame."""
+    sel = np.arange(len(fl)) if mask is None else np.flatnonzero(mask)
+    f = fl[sel]
+    first = np.full(int(f.max()) + 1 if len(f) else 0, len(sel), np.int64)
+    np.minimum.at(first, f, np.arange(len(sel)))
     flows = np.flatnonzero(first < len(sel))
-    rows = sel[first[flows]]
-    return pd.DataFrame({c: df[c].to_numpy()[rows] for c in df.columns if c != "flow"},
+    at = sel[first[flows]]
+    return pd.DataFrame({k: v[at] if k == "dir" else v[rows[at]] for k, v in fields.items()},
                         index=pd.Index(flows, name="flow"))
 
 
@@ -176,9 +216,9 @@ def _group_mptcp(tbl: T.PacketTable, pkt_flow: np.ndarray, pkt_dir: np.ndarray,
             flows.at[f, "mptcp_key_fwd" if d == 0 else "mptcp_key_rev"] = int(k)
         flows.loc[f, "mptcp_role"] = "initial"
     # flows whose MP_CAPABLE keys were not captured but that carry MP_CAPABLE / DSS
-    mp = np.flatnonzero(tbl.cols["mp_subtypes"] != 0)
-    for f in np.unique(pkt_flow[mp]):
-        if f >= 0 and flows.loc[f, "mptcp_role"] == "":
+    mp_flow = pkt_flow[tbl.cols["mp_subtypes"] != 0]
+    for f in np.flatnonzero(np.bincount(mp_flow[mp_flow >= 0], minlength=len(flows))):
+        if flows.loc[f, "mptcp_role"] == "":
             flows.loc[f, "mptcp_role"] = "unknown"
     client_tokens = {}
     for f, kd in keys.items():

@@ -36,9 +36,9 @@ from analysis import table as T
 from analysis.flows import Flows
 from analysis.sequence import (
     WRAP32,
-    duplicated_pairs,
     group_starts,
     pair_groups,
+    pair_keys,
     reorder_analysis,
     running_max_before,
     stable_order,
@@ -54,29 +54,21 @@ def segments(tbl: T.PacketTable, fl: Flows) -> pd.DataFrame:
     """
     c = tbl.cols
     rows = np.flatnonzero((fl.pkt_flow >= 0) & (c["proto"] == 6))
-    f, d = fl.pkt_flow[rows], fl.pkt_dir[rows].astype(np.int64)
-    order = np.argsort(f * 2 + d, kind="stable")  # by flow, direction, then row (ascending)
-    rows, f, d = rows[order], f[order], d[order]
-    flows = fl.flows
-    isn = np.where(d == 0, flows["isn_fwd"].to_numpy(float)[f], flows["isn_rev"].to_numpy(float)[f])
-    first = np.where(d == 0, flows["first_seq_fwd"].to_numpy(float)[f],
-                     flows["first_seq_rev"].to_numpy(float)[f])
-    has_isn = ~np.isnan(isn)
-    base = np.where(has_isn, np.nan_to_num(isn) + 1, np.nan_to_num(first)).astype(np.int64) % WRAP32
-    grp = f * 2 + d
-    seq = unwrap32(c["seq"][rows], base, grp)
+    grp = fl.pkt_flow[rows] * 2
+    grp += fl.pkt_dir[rows]
+    order = _stable_argsort(grp)  # by flow, direction, then row (ascending)
+    rows, grp = rows[order], grp[order]
+    del order
+    f, d = grp >> 1, grp & 1
+    # per (flow, direction) origin: the ISN + 1 (SYN seen), else the first sequence number;
     # ACKs are relative to the other direction's origin
-    other = np.where(d == 0, flows["isn_rev"].to_numpy(float)[f],
-                     flows["isn_fwd"].to_numpy(float)[f])
-    ofirst = np.where(d == 0, flows["first_seq_rev"].to_numpy(float)[f],
-                      flows["first_seq_fwd"].to_numpy(float)[f])
-    obase = np.where(~np.isnan(other), np.nan_to_num(other) + 1,
-                     np.nan_to_num(ofirst)).astype(np.int64) % WRAP32
-    ack = unwrap32(c["ack"][rows], obase, grp)
+    origin = _origins(fl.flows)
+    seq = unwrap32(c["seq"][rows], origin[grp], grp)
+    ack = unwrap32(c["ack"][rows], origin[grp ^ 1], grp)
     payload = c["payload"][rows].astype(np.int64)
     df = pd.DataFrame({"row": rows, "flow": f, "dir": d, "ts": c["ts_ns"][rows], "seq": seq,
                        "end": seq + payload, "payload": payload, "ack": ack,
-                       "flags": c["tcp_flags"][rows], "tsval": c["tsval"][rows]})
+                       "flags": c["tcp_flags"][rows], "tsval": c["tsval"][rows]}, copy=False)
     data = df["payload"].to_numpy() > 0
     ra = reorder_analysis(grp[data], seq[data], seq[data] + payload[data],
                           c["tsval"][rows][data])
@@ -91,6 +83,26 @@ def segments(tbl: T.PacketTable, fl: Flows) -> pd.DataFrame:
             flags=df.loc[ctl, "flags"] & (T.SYN | T.FIN))
         df.loc[ctl, "retrans"] = sub.duplicated().to_numpy()
     return df
+
+
+def _stable_argsort(key: np.ndarray) -> np.ndarray:
+    """Stable argsort of non-negative integer keys, narrowed to 16 bits when they fit (numpy
+    sorts those by radix, in linear time)."""
+    if len(key) and int(key.max()) < (1 << 16):
+        key = key.astype(np.uint16)
+    return np.argsort(key, kind="stable")
+
+
+def _origins(flows: pd.DataFrame) -> np.ndarray:
+    """Sequence origin per (flow, direction), index ``2 * flow + dir``, as int64 in
+    [0, 2^32): the ISN + 1 where the SYN was seen, else the first sequence number."""
+    out = np.zeros(2 * len(flows), np.int64)
+    for d, name in ((0, "fwd"), (1, "rev")):
+        isn = flows[f"isn_{name}"].to_numpy(float)
+        first = flows[f"first_seq_{name}"].to_numpy(float)
+        out[d::2] = np.where(~np.isnan(isn), np.nan_to_num(isn) + 1,
+                             np.nan_to_num(first)).astype(np.int64) % WRAP32
+    return out
 
 
 def delivered_bytes(seg: pd.DataFrame, ddir: np.ndarray
@@ -147,25 +159,17 @@ def flow_table_and_rtt(tbl: T.PacketTable, fl: Flows, seg: pd.DataFrame | None =
     nf = len(flows)
     out = flows[["proto", "src_addr", "sport", "dst_addr", "dport", "syn_seen", "mptcp_token",
                  "mptcp_role"]].copy()
-    rows = np.flatnonzero(fl.pkt_flow >= 0)
-    pf = fl.pkt_flow[rows]
-    key = pf * 2 + fl.pkt_dir[rows]
-    # per (flow, direction) by bincount: sums of integers stay exact below 2^53 bytes
-    agg = {"frames": np.bincount(key, minlength=2 * nf),
-           "frame_bytes": np.bincount(key, c["wirelen"][rows], 2 * nf).astype(np.int64),
-           "payload": np.bincount(key, c["payload"][rows], 2 * nf).astype(np.int64)}
+    agg, first_ts, last_ts = _packet_aggregates(c, fl, nf)
     for k, v in agg.items():
         for d, name in ((0, "fwd"), (1, "rev")):
             out[f"{k}_{name}"] = v[d::2].astype(np.int64)
-    ts_p = c["ts_ns"][rows]
-    first_ts = np.full(nf, np.iinfo(np.int64).max, np.int64)
-    last_ts = np.full(nf, np.iinfo(np.int64).min, np.int64)
-    np.minimum.at(first_ts, pf, ts_p)
-    np.maximum.at(last_ts, pf, ts_p)
     ddir = data_direction(seg, nf) if len(seg) else np.zeros(nf, np.int64)
     ddir = np.where(out["proto"].to_numpy() == "udp",
                     (out["payload_rev"] > out["payload_fwd"]).to_numpy(), ddir).astype(np.int64)
     out["data_dir"] = ddir
+    # RTT samples first: their temporaries are freed before the per-flow ones below
+    rtt = rtt_samples(seg, ddir) if len(seg) else pd.DataFrame({"flow": [], "t": [],
+                                                                "rtt_ms": []})
     syn_ts = seg[(seg["flags"] & T.SYN) != 0].groupby("flow")["ts"].min().reindex(range(nf))
     start = np.where(syn_ts.notna(), syn_ts.fillna(0).to_numpy(), first_ts).astype(np.int64)
     end = last_ts.astype(np.int64).copy()
@@ -176,7 +180,6 @@ def flow_table_and_rtt(tbl: T.PacketTable, fl: Flows, seg: pd.DataFrame | None =
     ext_max = np.zeros(nf, np.int64)
     uniq = np.zeros(nf, np.int64)
     rtt_med = np.full(nf, np.nan)
-    rtt = pd.DataFrame({"flow": [], "t": [], "rtt_ms": []})
     if len(seg):
         f = seg["flow"].to_numpy()
         sdir = seg["dir"].to_numpy()
@@ -204,7 +207,6 @@ def flow_table_and_rtt(tbl: T.PacketTable, fl: Flows, seg: pd.DataFrame | None =
         np.minimum.at(covered, f[am], seg["ts"].to_numpy()[am])
         cov = _reindexed(covered, np.bincount(f[am], minlength=nf) > 0)
         end = np.where(tcp & ~np.isnan(cov), np.nan_to_num(cov), end).astype(np.int64)
-        rtt = rtt_samples(seg, ddir)
         if len(rtt):
             rtt_med = rtt.groupby("flow")["rtt_ms"].median().reindex(range(nf)).to_numpy()
     out["packets"] = out["frames_fwd"] + out["frames_rev"]
@@ -225,6 +227,26 @@ def flow_table_and_rtt(tbl: T.PacketTable, fl: Flows, seg: pd.DataFrame | None =
     return out, rtt
 
 
+def _packet_aggregates(c: dict[str, np.ndarray], fl: Flows, nf: int
+                       ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    """Per (flow, direction) frames, frame bytes and payload (index ``2 * flow + dir``),
+    and per flow the first and last packet time (ns)."""
+    rows = np.flatnonzero(fl.pkt_flow >= 0)
+    pf = fl.pkt_flow[rows]
+    key = pf * 2 + fl.pkt_dir[rows]
+    # per (flow, direction) by bincount: sums of integers stay exact below 2^53 bytes
+    agg = {"frames": np.bincount(key, minlength=2 * nf),
+           "frame_bytes": np.bincount(key, c["wirelen"][rows], 2 * nf).astype(np.int64),
+           "payload": np.bincount(key, c["payload"][rows], 2 * nf).astype(np.int64)}
+    del key
+    ts_p = c["ts_ns"][rows]
+    first_ts = np.full(nf, np.iinfo(np.int64).max, np.int64)
+    last_ts = np.full(nf, np.iinfo(np.int64).min, np.int64)
+    np.minimum.at(first_ts, pf, ts_p)
+    np.maximum.at(last_ts, pf, ts_p)
+    return agg, first_ts, last_ts
+
+
 def _count(group: np.ndarray, flag: np.ndarray, n: int) -> np.ndarray:
     """Per group 0..n-1, how many elements have flag set (int64)."""
     return np.bincount(group[flag], minlength=n).astype(np.int64)
@@ -238,6 +260,22 @@ def _reindexed(values: np.ndarray, present: np.ndarray) -> np.ndarray:
     return np.where(present, values, np.nan)
 
 
+def _abs_max(v: np.ndarray) -> int:
+    """max(|v|) as a Python int (0 for an empty array), without an |v| temporary."""
+    return max(abs(int(v.min())), abs(int(v.max()))) if len(v) else 0
+
+
+def _sent_again(flow: np.ndarray, seq: np.ndarray, retrans: np.ndarray) -> np.ndarray:
+    """True for every data segment whose (flow, start) some retransmission also has."""
+    if not retrans.any():
+        return np.zeros(len(flow), bool)
+    key = pair_keys(flow, seq)
+    if key is None:
+        o, starts, gid = pair_groups(flow, seq)
+        return np.logical_or.reduceat(retrans[o], starts)[gid]
+    return pd.Series(key, copy=False).isin(key[retrans]).to_numpy()
+
+
 def rtt_samples(seg: pd.DataFrame, ddir: np.ndarray) -> pd.DataFrame:
     """RTT samples (ms) per flow: new segments never retransmitted, to the first covering ACK.
 
@@ -246,29 +284,46 @@ def rtt_samples(seg: pd.DataFrame, ddir: np.ndarray) -> pd.DataFrame:
     f = seg["flow"].to_numpy()
     d = seg["dir"].to_numpy()
     fdir = ddir[f]
-    dm = (d == fdir) & (seg["payload"].to_numpy() > 0)
-    am = (d != fdir) & ((seg["flags"].to_numpy() & T.ACK) != 0)
+    dm = d == fdir
+    dm &= seg["payload"].to_numpy() > 0
+    am = d != fdir
+    am &= (seg["flags"].to_numpy() & T.ACK) != 0
+    del fdir
     if not dm.any() or not am.any():
         return pd.DataFrame({"flow": [], "t": [], "rtt_ms": []})
     df_, dseq = f[dm], seg["seq"].to_numpy()[dm]
-    o, starts, gid = pair_groups(df_, dseq)
-    retx = np.logical_or.reduceat(seg["retrans"].to_numpy(bool)[dm][o], starts)[gid]
-    c = np.flatnonzero(~retx & ~seg["reordered"].to_numpy(bool)[dm])
-    c = c[~duplicated_pairs(df_[c], dseq[c])]
-    cflow = df_[c]
-    cend = seg["end"].to_numpy()[dm][c]
-    cts = seg["ts"].to_numpy()[dm][c]
+    retx = _sent_again(df_, dseq, seg["retrans"].to_numpy(bool)[dm])
+    # No (flow, start) is left twice: a second segment with a start seen before is behind
+    # the first one's end, so `reorder_analysis` made it a retransmission, and retx drops
+    # every segment of a start that any retransmission has.
+    retx = retx | seg["reordered"].to_numpy(bool)[dm]
+    dsel = np.flatnonzero(dm)[~retx]
+    del retx, df_, dseq, dm
+    cflow = f[dsel]
+    cend = seg["end"].to_numpy()[dsel]
+    cts = seg["ts"].to_numpy()[dsel]
+    del dsel
     aflow, aack, ats = f[am], seg["ack"].to_numpy()[am], seg["ts"].to_numpy()[am]
-    span = int(max(np.abs(aack).max(), np.abs(cend).max() if len(c) else 0, 1)) + 1
+    del am
+    span = max(_abs_max(aack), _abs_max(cend), 1) + 1
     # per flow, running maximum of ACKs in time order; first ACK >= end after the send time
     ao = stable_order(aflow, ats)
-    flow_ack, ts_ack = aflow[ao], ats[ao]
-    lift = flow_ack.astype(np.int64) * (4 * span)
-    run = np.maximum.accumulate(aack[ao] + lift)
-    target = cend + cflow.astype(np.int64) * (4 * span)
+    if (ao[1:] < ao[:-1]).any():  # ACKs of a capture are mostly in order already
+        aflow, aack, ats = aflow[ao], aack[ao], ats[ao]
+    del ao
+    flow_ack, ts_ack = aflow, ats
+    run = flow_ack.astype(np.int64) * (4 * span)
+    run += aack
+    del aack
+    np.maximum.accumulate(run, out=run)
+    target = cflow.astype(np.int64) * (4 * span)
+    target += cend
+    del cend
     i = np.searchsorted(run, target, "left")
+    del target
     ok = i < len(run)
-    i = np.minimum(i, len(run) - 1)
+    np.minimum(i, len(run) - 1, out=i)
+    del run
     ok &= flow_ack[i] == cflow
     ok &= ts_ack[i] >= cts
     res = pd.DataFrame({"flow": cflow[ok], "t": cts[ok] / 1e9,

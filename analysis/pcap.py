@@ -35,7 +35,7 @@ import ipaddress
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import TextIO
 
@@ -49,8 +49,11 @@ from analysis.pcap_records import ReaderState, Records, format_error
 from analysis.pcapng import PCAPNG_SHB, PcapngWalker
 from testbed.core.errors import CaptureFormatError
 
-DEFAULT_CHUNK_BYTES = 1 << 20  # keeps a chunk and its gathers in the CPU caches
+DEFAULT_CHUNK_BYTES = 1 << 19  # a chunk and its gathers stay in the CPU caches, and its
+# temporaries stay small enough for malloc to reuse (1 MiB chunks made it map fresh pages
+# for every chunk: a quarter of the reading time went to page faults)
 _PAD = 64
+_MAX_GUESS_ROWS = 1 << 24  # first capacity at most this (more is grown into, by half)
 
 
 class _AddressBook:
@@ -183,42 +186,83 @@ def iter_records(path: str | os.PathLike, chunk_bytes: int = DEFAULT_CHUNK_BYTES
             have = rest
 
 
+class _ColumnStore:
+    """Packet columns filled chunk by chunk in place (no per-chunk parts to concatenate).
+
+    Capacity is estimated from the first chunk's bytes per record and the file size and
+    grown by half when too small; the rows past the end are never written, so their pages
+    are never made resident.
+    """
+
+    def __init__(self, columns: tuple[T.Column, ...] = T.PACKET_COLUMNS):
+        self.columns = columns
+        self.cols: dict[str, np.ndarray] = {}
+        self.rows = 0
+
+    def append(self, cols: dict[str, np.ndarray], n: int, expect: int) -> None:
+        """Copy n rows of cols in; expect: estimated rows in the whole file."""
+        need = self.rows + n
+        cap = len(self.cols["ts_ns"]) if self.cols else 0
+        if need > cap:  # an estimate from a strange first chunk is trusted only so far
+            cap = max(need, min(expect, _MAX_GUESS_ROWS), cap + cap // 2, 1024)
+            for c in self.columns:
+                grown = np.empty(cap, c.dtype)
+                if self.rows:
+                    grown[:self.rows] = self.cols[c.name][:self.rows]
+                self.cols[c.name] = grown
+        for c in self.columns:
+            self.cols[c.name][self.rows:need] = cols[c.name]
+        self.rows = need
+
+    def finish(self) -> dict[str, np.ndarray]:
+        """The columns, rows 0 .. rows - 1."""
+        if not self.cols:
+            return T.empty_columns(self.columns)
+        return {k: v[:self.rows] for k, v in self.cols.items()}
+
+
 def read_packets(path: str | os.PathLike, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-                 progress: Progress | None = None) -> T.PacketTable:
+                 progress: Progress | None = None, columns: Collection[str] | None = None
+                 ) -> T.PacketTable:
     """Read and decode a whole capture into a `PacketTable`.
 
     path: pcap or pcapng file; chunk_bytes: read-buffer size (results do not depend on it);
-    progress: see `iter_records`.
+    progress: see `iter_records`; columns: the packet columns to keep (default: all of
+    `table.PACKET_COLUMNS`; fewer hold less memory).
     Raises `CaptureFormatError` (file and byte offset) for a truncated or corrupt capture.
     """
     book = _AddressBook()
-    parts: list[dict[str, np.ndarray]] = []
+    store = _ColumnStore(T.PACKET_COLUMNS if columns is None else
+                         tuple(c for c in T.PACKET_COLUMNS if c.name in set(columns)))
     side_parts: dict[str, list[dict[str, np.ndarray]]] = {k: [] for k in T.SIDE_COLUMNS}
     state = None
     rows = 0
+    try:
+        size = max(os.path.getsize(path), 1)
+    except OSError:
+        size = 1
     for buf, recs, state in iter_records(path, chunk_bytes, progress):
         lts = np.array([f.linktype for f in state.ifaces], np.int64)
         lt = int(lts[0]) if len(lts) == 1 else lts[recs.iface]
+        n = len(recs.data)
         cols, side, keys = D.decode(buf, recs.data, recs.caplen, lt)
         book.intern(cols, keys)
         cols["ts_ns"] = recs.ts_ns
         cols["iface"] = recs.iface
-        cols["caplen"] = recs.caplen.astype(np.uint32)
-        cols["wirelen"] = recs.wirelen.astype(np.uint32)
-        parts.append(cols)
+        cols["caplen"] = recs.caplen
+        cols["wirelen"] = recs.wirelen
+        span = int(recs.data[-1] - recs.data[0]) + int(recs.caplen[-1]) + 16
+        store.append(cols, n, int(size * n / max(span, 1) * 1.05) + 1024)
         for name, t in side.items():
             t["pkt"] = t["pkt"] + rows
             side_parts[name].append(t)
-        rows += len(recs.data)
+        rows += n
     if state is None:  # no packets: still validate the header
         state = ReaderState(str(path))
         with open(path, "rb") as fh:
             open_walker(Path(path), state, fh.read(24))
-    out = {}
-    for c in T.PACKET_COLUMNS:  # column by column, so the peak stays near one table
-        out[c.name] = np.concatenate([p.pop(c.name) for p in parts]).astype(c.dtype, copy=False) \
-            if parts else np.zeros(0, c.dtype)
     side_out = {name: {c.name: np.concatenate([p[c.name] for p in ps]).astype(c.dtype)
                        for c in T.SIDE_COLUMNS[name]}
                 for name, ps in side_parts.items() if ps}
-    return T.PacketTable(str(path), [f.linktype for f in state.ifaces], book.names, out, side_out)
+    return T.PacketTable(str(path), [f.linktype for f in state.ifaces], book.names,
+                         store.finish(), side_out)

@@ -50,6 +50,13 @@ def run_timeseries(caps: list[CaptureAnalysis], base: pd.DataFrame,
         src = c.table.path
         ts = c.table.cols["ts_ns"]
         good = c.goodput_bytes()
+        path = path_of.get(c.name)
+        keys = [("iface", c.name)]
+        if path and path not in seen_paths:  # one capture per path: the first by name
+            seen_paths.add(path)
+            keys.append(("path", path))
+        # first, while nothing else per packet is held; added after the flows' series
+        iface_parts = _iface_series(c, good, keys, bin_s, t0)
         # per flow (not per packet): which series its packets go to
         fid = c.flow_rows["flow_id"].to_numpy()
         f_mine = np.array([chosen.get(i) == c.name for i in fid], bool)
@@ -59,20 +66,23 @@ def run_timeseries(caps: list[CaptureAnalysis], base: pd.DataFrame,
         rows, flow, payload = c.data_bytes_per_packet()
         at_conn = f_conn[flow]  # subflow packets counted for their connection here
         conn_rows, conn_flow, conn_payload = rows[at_conn], flow[at_conn], payload[at_conn]
-        mine = f_mine[flow]
-        rows, flow, payload = rows[mine], flow[mine], payload[mine]
+        rows, flow, payload = _where(f_mine[flow], rows, flow, payload)
         sub = f_par[flow] != ""
         for kind, s in (("flow", ~sub), ("subflow", sub)):
             if s.any():
-                parts.append(throughput_series(ts[rows[s]], payload[s], flow[s], bin_s, t0,
-                                               good[rows[s]], src, key_names=fid)
+                r, fl, pl = _where(s, rows, flow, payload)
+                parts.append(throughput_series(ts[r], pl, fl, bin_s, t0, good[r], src,
+                                               key_names=fid)
                              .assign(kind=kind, capture=c.name))
+                del r, fl, pl
+        del rows, flow, payload, sub, good
         # top-level TCP flows: bytes delivered in order, from the receiver's ACKs
         rrows, rflow, rbytes = c.delivered_bytes_per_packet()
         at_rx = f_rx[rflow]
         if at_rx.any():
-            parts.append(throughput_series(ts[rrows[at_rx]], rbytes[at_rx], rflow[at_rx],
-                                           bin_s, t0, source=src, key_names=fid)
+            rrows, rflow, rbytes = _where(at_rx, rrows, rflow, rbytes)
+            parts.append(throughput_series(ts[rrows], rbytes, rflow, bin_s, t0, source=src,
+                                           key_names=fid)
                          .assign(kind="delivered", capture=c.name))
         if at_conn.any():  # connections: their subflows' packets at this capture
             conn_ts.append(ts[conn_rows])
@@ -86,18 +96,7 @@ def run_timeseries(caps: list[CaptureAnalysis], base: pd.DataFrame,
                                           "ts": c.dsn["ts"].to_numpy()[at],
                                           "dsn": c.dsn["dsn"].to_numpy()[at],
                                           "end": c.dsn["end"].to_numpy()[at]}))
-        allp = c.table.cols["payload"].astype(np.int64)
-        ip = np.flatnonzero(c.table.cols["ip_ver"] > 0)
-        keys = [("iface", c.name)]
-        path = path_of.get(c.name)
-        if path and path not in seen_paths:  # one capture per path: the first by name
-            seen_paths.add(path)
-            keys.append(("path", path))
-        for kind, key in keys:
-            parts.append(throughput_series(ts[ip], allp[ip], np.zeros(len(ip), np.int64),
-                                           bin_s, t0, good[ip], src,
-                                           key_names=np.array([key], object))
-                         .assign(kind=kind, capture=c.name))
+        parts += iface_parts
     if conn_ts:
         d = pd.concat(conn_dsn, ignore_index=True).sort_values(["key", "ts"], kind="stable")
         new = first_seen_bytes(d["key"].to_numpy(), d["dsn"].to_numpy(), d["end"].to_numpy())
@@ -113,3 +112,28 @@ def run_timeseries(caps: list[CaptureAnalysis], base: pd.DataFrame,
     if not parts:
         return pd.DataFrame({k: [] for k in TIMESERIES_COLUMNS})
     return pd.concat(parts, ignore_index=True)[TIMESERIES_COLUMNS]
+
+
+def _where(mask: np.ndarray, *arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+    """arrays[mask] each, or the arrays themselves (no copies) when mask holds everywhere."""
+    if mask.all():
+        return arrays
+    return tuple(a[mask] for a in arrays)
+
+
+def _iface_series(c: CaptureAnalysis, good: np.ndarray, keys: list[tuple[str, str]],
+                  bin_s: float, t0: float) -> list[pd.DataFrame]:
+    """The capture's interface series, and its path's when keys name one: every IP packet's
+    payload (goodput: `CaptureAnalysis.goodput_bytes`).  The path's bins are the
+    interface's under the path's name."""
+    ts = c.table.cols["ts_ns"]
+    ip_any = c.table.cols["ip_ver"] > 0
+    sel = slice(None) if ip_any.all() else np.flatnonzero(ip_any)
+    del ip_any
+    payload = c.table.cols["payload"][sel].astype(np.int64)
+    one_key = np.broadcast_to(np.int64(0), len(payload))  # no per-packet array
+    series = throughput_series(ts[sel], payload, one_key, bin_s, t0, good[sel], c.table.path,
+                               key_names=np.array([c.name], object))
+    return [series.assign(key=np.array([key] * len(series), object) if len(series)
+                          else series["key"], kind=kind, capture=c.name)
+            for kind, key in keys]

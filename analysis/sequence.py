@@ -18,6 +18,7 @@ the bytes of each segment that no earlier segment of its group carried (goodput)
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 WRAP32 = 1 << 32  # the 32-bit sequence space
 
@@ -28,11 +29,19 @@ def group_starts(group: np.ndarray) -> np.ndarray:
 
 
 def _group_cumsum(v: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    cs = np.cumsum(v)
+    """Cumulative sums restarting at each group; v (int64) is overwritten with them."""
+    cs = np.cumsum(v, out=v)
     idx = np.flatnonzero(starts)
-    before = np.r_[0, cs[idx[1:] - 1]] if len(idx) else np.zeros(0, cs.dtype)
-    lengths = np.diff(np.r_[idx, len(v)])
-    return cs - np.repeat(before, lengths)
+    if len(idx) <= 1:
+        return cs
+    before = cs[idx[1:] - 1].copy()
+    if len(idx) <= 1024:  # few groups: subtract in place, one slice each
+        ends = np.r_[idx[2:], len(cs)]
+        for lo, hi, b in zip(idx[1:].tolist(), ends.tolist(), before.tolist(), strict=True):
+            cs[lo:hi] -= b
+        return cs
+    cs -= np.repeat(np.r_[0, before], np.diff(np.r_[idx, len(v)]))
+    return cs
 
 
 def unwrap32(values: np.ndarray, base: np.ndarray, group: np.ndarray) -> np.ndarray:
@@ -41,13 +50,21 @@ def unwrap32(values: np.ndarray, base: np.ndarray, group: np.ndarray) -> np.ndar
     values: raw uint32 values in arrival order; base: per-element origin (same group, same
     base); group: group id per element.  Returns int64 offsets from base.
     """
-    rel = (values.astype(np.int64) - base.astype(np.int64)) % WRAP32
+    rel = values.astype(np.int64)
+    rel -= base.astype(np.int64, copy=False)
+    rel %= WRAP32
     st = group_starts(group)
     d = np.empty(len(rel), np.int64)
     if len(rel):
         d[0] = rel[0]
-        d[1:] = ((rel[1:] - rel[:-1] + (1 << 31)) % WRAP32) - (1 << 31)
-        d[st] = np.where(rel[st] >= (1 << 31), rel[st] - WRAP32, rel[st])
+        step = d[1:]
+        np.subtract(rel[1:], rel[:-1], out=step)
+        step += 1 << 31
+        step %= WRAP32
+        step -= 1 << 31
+        first = rel[st]
+        d[st] = np.where(first >= (1 << 31), first - WRAP32, first)
+    del rel
     return _group_cumsum(d, st)
 
 
@@ -55,12 +72,17 @@ def running_max_before(v: np.ndarray, starts: np.ndarray, floor: int) -> np.ndar
     """Running maximum of the previous elements of each group (floor for the first)."""
     if not len(v):
         return v.copy()
-    gi = np.cumsum(starts) - 1
-    shifted = np.r_[floor, v[:-1]].astype(np.int64)
-    shifted[starts] = floor
-    span = int(np.max(np.abs(v))) + abs(floor) + 1
-    lift = gi.astype(np.int64) * (2 * span + 1)
-    m = np.maximum.accumulate(shifted + lift) - lift
+    m = np.empty(len(v), np.int64)
+    m[0] = floor
+    m[1:] = v[:-1]
+    m[starts] = floor
+    span = max(abs(int(v.min())), abs(int(v.max()))) + abs(floor) + 1
+    lift = np.cumsum(starts, dtype=np.int64)
+    lift -= 1
+    lift *= 2 * span + 1
+    m += lift
+    np.maximum.accumulate(m, out=m)
+    m -= lift
     return m
 
 
@@ -108,6 +130,35 @@ def duplicated_pairs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.arange(len(o)) != first[gid]
 
 
+def pair_keys(a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+    """One int64 per integer pair (a, b), equal exactly where the pairs are equal; None
+    when the ranges of a and b do not fit one 62-bit key."""
+    if not len(a):
+        return np.zeros(0, np.int64)
+    a0, b0 = int(a.min()), int(b.min())
+    ra, rb = int(a.max()) - a0 + 1, int(b.max()) - b0 + 1
+    if ra * rb >= (1 << 62):
+        return None
+    return (a.astype(np.int64) - a0) * rb + (b.astype(np.int64) - b0)
+
+
+def duplicated_pairs_at(a: np.ndarray, b: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """`duplicated_pairs` (a, b) where mask holds, False elsewhere.
+
+    Only the pairs equal to a masked one are grouped (found by one hash look-up), so a
+    mask that holds rarely costs a linear pass, not a sort of every pair."""
+    out = np.zeros(len(a), bool)
+    idx = np.flatnonzero(mask)
+    if not len(idx):
+        return out
+    key = pair_keys(a, b)
+    if key is None:
+        return duplicated_pairs(a, b) & mask
+    rel = np.flatnonzero(pd.Series(key, copy=False).isin(key[idx]).to_numpy())
+    out[rel] = duplicated_pairs(a[rel], b[rel])
+    return out & mask
+
+
 def reorder_analysis(group: np.ndarray, start: np.ndarray, end: np.ndarray,
                      tsval: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Classify segments (contiguous groups, arrival order) as new, retransmitted, reordered.
@@ -120,7 +171,8 @@ def reorder_analysis(group: np.ndarray, start: np.ndarray, end: np.ndarray,
     st = group_starts(group)
     nextexp = running_max_before(end, st, -(1 << 40))
     behind = start < nextexp
-    dup = duplicated_pairs(np.asarray(group), np.asarray(start))
+    # a start seen before is behind (the earlier segment ends above it): look only there
+    dup = duplicated_pairs_at(np.asarray(group), np.asarray(start), behind)
     late = np.zeros(n, bool)
     if tsval is not None:
         ts = tsval.astype(np.int64)
@@ -161,10 +213,16 @@ def first_seen_bytes(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> n
     st = group_starts(group)
     lo = int(start.min())
     highest = running_max_before(end, st, lo)
-    lowest = -running_max_before(-start, st, -int(start.max()))
-    new = np.maximum(end - np.maximum(start, highest), 0)
+    lowest = running_max_before(np.negative(start), st, -int(start.max()))
+    np.negative(lowest, out=lowest)
+    hole = start < lowest
+    del lowest
+    hole |= start > highest
+    hole &= ~st
+    new = np.maximum(start, highest, out=highest)  # in place: highest is not needed again
+    np.subtract(end, new, out=new)
+    np.maximum(new, 0, out=new)
     new[st] = end[st] - start[st]
-    hole = ~st & ((start > highest) | (start < lowest))
     if hole.any():
         gi = np.cumsum(st) - 1
         holey = np.flatnonzero(np.isin(gi, np.unique(gi[hole])))

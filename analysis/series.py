@@ -47,28 +47,31 @@ def throughput_series(ts_ns: np.ndarray, nbytes: np.ndarray, keys: np.ndarray, b
         codes, names = pd.factorize(keys)
     else:  # equal names are one series
         merged, names = pd.factorize(np.asarray(key_names, object))
-        codes = merged[np.asarray(keys, np.int64)]
+        # one name: every packet's code is 0, no per-packet array needed
+        codes = None if len(names) == 1 else merged[np.asarray(keys, np.int64)]
     names = np.asarray(names, object)
     by_name = np.argsort(names, kind="stable")
     rank = np.empty(len(names), np.int64)
     rank[by_name] = np.arange(len(names))
     lim = float(1 << 62)
-    b = np.clip(np.floor((ts_ns / 1e9 - t0) / bin_s), -lim, lim).astype(np.int64)
+    x = ts_ns / 1e9  # in place from here: one temporary, not one per step
+    x -= t0
+    x /= bin_s
+    np.floor(x, out=x)
+    np.clip(x, -lim, lim, out=x)
+    b = x.astype(np.int64)
+    del x
     on_clock = b >= 0
     if not on_clock.all():
         if not on_clock.any():
             return pd.DataFrame({k: [] for k in SERIES_COLUMNS})
-        b, codes = b[on_clock], codes[on_clock]
+        b = b[on_clock]
+        codes = None if codes is None else codes[on_clock]
         nbytes = np.asarray(nbytes)[on_clock]
         good = None if good is None else np.asarray(good)[on_clock]
-    r = rank[codes]
-    o = np.lexsort((b, r))
-    rs, bs = r[o], b[o]
-    first = np.flatnonzero(np.r_[True, (rs[1:] != rs[:-1]) | (bs[1:] != bs[:-1])])
-    nb = np.asarray(nbytes)
-    gbytes = np.add.reduceat(nb[o], first)
-    ggood = gbytes if good is None else np.add.reduceat(np.asarray(good)[o], first)
-    gk, gb = rs[first], bs[first]
+    r = None if codes is None else rank[codes]
+    gk, gb, gbytes, ggood = _bin_sums(r, b, len(names), np.asarray(nbytes),
+                                      None if good is None else np.asarray(good))
     kfirst = np.flatnonzero(np.r_[True, gk[1:] != gk[:-1]])
     kmin = gb[kfirst]
     kmax = gb[np.r_[kfirst[1:], len(gb)] - 1]
@@ -99,3 +102,41 @@ def throughput_series(ts_ns: np.ndarray, nbytes: np.ndarray, keys: np.ndarray, b
     out["rate_bps"] = out["bytes"] * 8 / bin_s
     out["goodput_bps"] = out["good"] * 8 / bin_s
     return out[SERIES_COLUMNS]
+
+
+def _bin_sums(r: np.ndarray | None, b: np.ndarray, nkeys: int, nb: np.ndarray,
+              good: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The occupied (key rank, bin) pairs sorted by rank then bin, with the sums of nb and
+    good over each: (rank, bin, bytes, good).  Sums keep nb's (good's) dtype.  r None:
+    every packet has rank 0.
+
+    Dense (`np.bincount` over every rank and bin in range, linear in the packets) when that
+    grid is small next to the packets; else by one sort of the pairs.
+    """
+    b0 = int(b.min())
+    width = int(b.max()) - b0 + 1
+    if nkeys * width <= max(4 * len(b), 1 << 16):
+        cell = b - b0
+        if r is not None:
+            cell += r * width
+        size = nkeys * width
+        hit = np.flatnonzero(np.bincount(cell, minlength=size))
+        gbytes = _exact_sums(cell, nb, size)[hit]
+        ggood = gbytes if good is None else _exact_sums(cell, good, size)[hit]
+        return hit // width, hit % width + b0, gbytes, ggood
+    if r is None:
+        r = np.zeros(len(b), np.int64)
+    o = np.lexsort((b, r))
+    rs, bs = r[o], b[o]
+    first = np.flatnonzero(np.r_[True, (rs[1:] != rs[:-1]) | (bs[1:] != bs[:-1])])
+    gbytes = np.add.reduceat(nb[o], first)
+    ggood = gbytes if good is None else np.add.reduceat(good[o], first)
+    return rs[first], bs[first], gbytes, ggood
+
+
+def _exact_sums(cell: np.ndarray, v: np.ndarray, size: int) -> np.ndarray:
+    """Per cell, the sum of v, in the dtype `np.add.reduceat` gives v (integer sums are exact:
+    `np.bincount` adds in float64, exact below 2^53, far above any bin's bytes)."""
+    out = np.bincount(cell, v, size)
+    dt = np.add.reduce(v[:0]).dtype if v.dtype.kind in "iub" else v.dtype
+    return out.astype(dt)
