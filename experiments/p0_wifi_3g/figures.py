@@ -198,7 +198,7 @@ def _cc_load(out: Path) -> StudyFigure:
             continue
         names = ccs_in(rates)
         bars_with_ci(ax, names, [[r / 1e6 for r in rates[c]] for c in names],
-                     color=["tab:orange" if c != "cubic" else "0.6" for c in names])
+                     color="tab:orange")
     return StudyFigure("p0-fig6-7-cc", "Figs. 6-7 (Sect. 4.5-4.6): coupled congestion "
                        "controls", "Mean throughput of the MPTCP file transfer per "
                        "congestion control (LIA, OLIA, BALIA, wVegas: the testbed's BPF "
@@ -218,7 +218,7 @@ def _cc_goals(out: Path) -> StudyFigure:
     if shares:
         names = ccs_in(shares)
         bars_with_ci(left, names, [[100 * x for x in shares[c]] for c in names],
-                     color=["tab:orange" if c != "reno" else "0.6" for c in names])
+                     color="tab:orange")
         left.axhline(50, color="black", lw=1, label="fair share (50 %)")
         left.axhline(58, color="tab:green", ls="--", lw=1, label="coupled: at most 58 %")
         left.axhline(62, color="tab:red", ls="--", lw=1, label="uncoupled: at least 62 %")
@@ -250,10 +250,10 @@ def _cc_windows(out: Path) -> StudyFigure:
     spec_out = out / "cc_fairness"
     cwnd = run_table(spec_out, "cwnd")
     key = "param:transport.cc"
-    fig, axs = axes("Windows at the shared bottleneck: coupled LIA vs uncoupled reno "
-                    "(cc_fairness, first run of each)", XLABEL, "cwnd (segments)", ncols=2)
+    fig, axs = axes("Windows at a shared link: LIA vs uncoupled reno (cc_fairness)", XLABEL,
+                    "cwnd (segments)", ncols=2)
     for ax, cc in zip(axs, ("lia", "reno"), strict=True):
-        ax.set_title(f"MPTCP with {cc} subflows, and the TCP reno flow", fontsize=9)
+        ax.set_title(f"{cc} subflows and the TCP reno flow (first run)", fontsize=9)
         sel = cwnd[cwnd[key].astype(str) == cc] if key in cwnd else cwnd.iloc[0:0]
         if sel.empty:
             no_data(ax, f"no cwnd samples of a {cc} run")
