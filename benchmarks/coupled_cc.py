@@ -41,15 +41,25 @@ from testbed.host.coupled.reference import check_trace  # noqa: E402
 SPECS = ("cc_fairness", "cc_disjoint")
 
 
-def run_specs(out: Path, duration: str, repetitions: int) -> None:
-    """testbed run each spec into out/<spec> (finished runs are skipped on a re-run)."""
+def run_specs(out: Path, duration: str, repetitions: int,
+              controls: dict[str, list[str] | None]) -> None:
+    """testbed run each spec into out/<spec>, one control at a time (finished runs are
+    skipped on a re-run); controls: spec -> the controls to run ([]: its whole sweep;
+    None: skip the spec)."""
     for spec in SPECS:
-        cmd = [str(REPO / ".venv" / "bin" / "testbed"), "run",
-               str(REPO / "experiments" / "p0_wifi_3g" / "full" / f"{spec}.toml"),
-               "--out", str(out / spec), "--set", f"duration={duration}",
-               "--set", f"repetitions={repetitions}"]
-        print("$", " ".join(cmd), flush=True)
-        subprocess.run(cmd, check=False)
+        chosen = controls.get(spec, [])
+        if chosen is None:
+            continue
+        sets = [[f"transport.cc={cc}"] for cc in chosen] or [[]]
+        for extra in sets:
+            cmd = [str(REPO / ".venv" / "bin" / "testbed"), "run",
+                   str(REPO / "experiments" / "p0_wifi_3g" / "full" / f"{spec}.toml"),
+                   "--out", str(out / spec), "--set", f"duration={duration}",
+                   "--set", f"repetitions={repetitions}"]
+            for kv in extra:
+                cmd += ["--set", kv]
+            print("$", " ".join(cmd), flush=True)
+            subprocess.run(cmd, check=False)
 
 
 def ss_shares(spec_out: Path) -> dict[str, list[float]]:
@@ -91,10 +101,24 @@ def cell(values: list[float] | None) -> str:
     return f"{m:.1f} [{lo:.1f}, {hi:.1f}] (n={n})"
 
 
-def table(out: Path) -> str:
-    """The results in out as a text table."""
-    shares, ss = fairness_shares(out), ss_shares(out / "cc_fairness")
-    use, checked = disjoint_use(out), traces(out)
+def _merge(parts: list[dict[str, list[float]]]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for part in parts:
+        for cc, values in part.items():
+            out.setdefault(cc, []).extend(values)
+    return out
+
+
+def table(outs: list[Path]) -> str:
+    """The results in the folders outs (each with cc_fairness/ and cc_disjoint/)."""
+    shares = _merge([fairness_shares(o) for o in outs])
+    ss = _merge([ss_shares(o / "cc_fairness") for o in outs])
+    use = _merge([disjoint_use(o) for o in outs])
+    checked: dict[str, tuple[int, int]] = {}
+    for o in outs:
+        for cc, (e, n) in traces(o).items():
+            e0, n0 = checked.get(cc, (0, 0))
+            checked[cc] = (e0 + e, n0 + n)
     names = ccs_in({**shares, **use})
     head = (f"{'control':<8} {'shared: MPTCP %, captures':<28} {'same, from ss':<28} "
             f"{'disjoint: % of 10 Mbit/s':<28} {'decisions = model':<18}")
@@ -114,15 +138,21 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=REPO / "results" / "bench-coupled-cc")
     ap.add_argument("--duration", default="30s")
     ap.add_argument("--repetitions", type=int, default=3)
-    ap.add_argument("--from", dest="source", type=Path, default=None)
+    ap.add_argument("--fairness", nargs="*", default=[], metavar="CC",
+                    help="run only these controls at the shared bottleneck (default: all)")
+    ap.add_argument("--disjoint", nargs="*", default=None, metavar="CC",
+                    help="run only these over disjoint paths (default: all; none: skip)")
+    ap.add_argument("--from", dest="sources", type=Path, nargs="+", default=None)
     args = ap.parse_args()
-    out = args.source
-    if out is None:
-        run_specs(args.out, args.duration, args.repetitions)
-        out = args.out
-    elif (out / "p0_wifi_3g-quick").is_dir():
-        out = out / "p0_wifi_3g-quick"
-    print(table(out))
+    if args.sources is None:
+        disjoint = [] if args.disjoint is None else (args.disjoint or None)
+        run_specs(args.out, args.duration, args.repetitions,
+                  {"cc_fairness": args.fairness, "cc_disjoint": disjoint})
+        outs = [args.out]
+    else:
+        outs = [o / "p0_wifi_3g-quick" if (o / "p0_wifi_3g-quick").is_dir() else o
+                for o in args.sources]
+    print(table(outs))
 
 
 if __name__ == "__main__":
