@@ -124,31 +124,46 @@ def test_run_registers_logs_and_unloads(tmp_path: Path) -> None:
     assert len(subflows) == 2, subflows
 
 
+def start_run(spec: Path, out: Path, log: Path) -> subprocess.Popen[bytes]:
+    """`testbed run` in a session of its own, its output into log."""
+    with log.open("wb") as fh:
+        return subprocess.Popen([*TESTBED, "run", str(spec), "--out", str(out), "--no-vm"],
+                                stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def in_traffic(proc: subprocess.Popen[bytes], cc: str, log: Path) -> None:
+    """Wait until the run registered cc and its traffic started; it must still run."""
+    runner = CommandRunner()
+    assert registered(runner, cc), f"the run never registered {cc}: {log.read_text()[-2000:]}"
+    end = time.monotonic() + 300
+    while "traffic" not in log.read_text() and proc.poll() is None \
+            and time.monotonic() < end:
+        time.sleep(0.5)
+    time.sleep(2)
+    assert proc.poll() is None, f"the run ended by itself: {log.read_text()[-2000:]}"
+
+
 def test_interrupted_run_unloads(tmp_path: Path) -> None:
     runner = CommandRunner()
-    proc = subprocess.Popen([*TESTBED, "run", str(spec_file(tmp_path, "lia", "60s")),
-                             "--out", str(tmp_path / "out"), "--no-vm"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log = tmp_path / "run.log"
+    proc = start_run(spec_file(tmp_path, "lia", "60s"), tmp_path / "out", log)
     try:
-        assert registered(runner, "lia"), "the run never registered lia"
-        time.sleep(3)
+        in_traffic(proc, "lia", log)
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=300)
+        proc.wait(timeout=300)
     finally:
         if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode != 0, out[-2000:]
-    assert settled(runner) == [], out[-2000:]
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode != 0, log.read_text()[-2000:]
+    assert settled(runner) == [], log.read_text()[-2000:]
 
 
 def test_killed_run_is_released_when_the_sweep_resumes(tmp_path: Path) -> None:
     runner = CommandRunner()
-    spec, out = spec_file(tmp_path, "balia", "15s"), tmp_path / "out"
-    proc = subprocess.Popen([*TESTBED, "run", str(spec), "--out", str(out), "--no-vm"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    spec, out, log = spec_file(tmp_path, "balia", "20s"), tmp_path / "out", tmp_path / "a.log"
+    proc = start_run(spec, out, log)
     try:
-        assert registered(runner, "balia"), "the run never registered balia"
+        in_traffic(proc, "balia", log)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)
     finally:
