@@ -35,7 +35,12 @@ sys.path.insert(0, str(REPO))
 
 from analysis.evidence import mean_interval  # noqa: E402
 from analysis.study_tables import complete_runs  # noqa: E402
-from experiments.p0_wifi_3g.cc import ccs_in, disjoint_use, fairness_shares  # noqa: E402
+from experiments.p0_wifi_3g.cc import (  # noqa: E402
+    ccs_in,
+    disjoint_use,
+    fairness_shares,
+    run_ccs,
+)
 from testbed.host.coupled.reference import check_trace  # noqa: E402
 
 SPECS = ("cc_fairness", "cc_disjoint")
@@ -65,9 +70,9 @@ def run_specs(out: Path, duration: str, repetitions: int,
 def ss_shares(spec_out: Path) -> dict[str, list[float]]:
     """cc -> MPTCP share from the senders' last ``bytes_acked`` per socket (ss), per run."""
     out: dict[str, list[float]] = {}
+    ccs = run_ccs(spec_out)
     for run in complete_runs(spec_out):
-        meta = json.loads((run / "metadata.json").read_text())
-        cc = str(meta.get("params", {}).get("transport.cc"))
+        cc = ccs.get(run.name, "?")
         last: dict[tuple[str, int], tuple[str, float]] = {}
         for line in (run / "samples" / "cwnd.jsonl").read_text().splitlines():
             r = json.loads(line)

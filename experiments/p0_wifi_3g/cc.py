@@ -14,21 +14,48 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from analysis.study_tables import numeric, resolved_spec, top_flows, window_rates
+import tomllib
+
+from analysis.study_tables import (
+    complete_runs,
+    numeric,
+    resolved_spec,
+    run_table,
+    top_flows,
+    window_rates,
+)
+from testbed.core import safefiles
+from testbed.core.errors import InputError
 from testbed.core.units import parse_duration, parse_rate
 
-CC_KEY = "param:transport.cc"
 COUPLED = ("lia", "olia", "balia", "wvegas")
 ORDER = (*COUPLED, "cubic", "reno")
+
+
+def run_ccs(spec_out: Path) -> dict[str, str]:
+    """run id -> its ``transport.cc``, from each complete run's resolved spec (also when
+    the control was set with ``--set`` rather than swept)."""
+    out = {}
+    for run in complete_runs(spec_out):
+        f = safefiles.file_in(run, "spec.toml")
+        try:
+            spec = tomllib.loads(safefiles.read_text(f)) if f is not None else {}
+        except (OSError, ValueError, InputError):
+            continue
+        cc = (spec.get("transport") or {}).get("cc", "cubic")
+        out[run.name] = str(cc)
+    return out
 
 
 def _per_run_rates(spec_out: Path) -> dict[str, dict[str, dict[str, float]]]:
     """cc -> run id -> workload -> throughput (bit/s) of its top-level flows."""
     flows = top_flows(spec_out)
     out: dict[str, dict[str, dict[str, float]]] = {}
-    if flows.empty or CC_KEY not in flows:
+    if flows.empty:
         return out
-    for (cc, run, wl), g in flows.groupby([CC_KEY, "run_id", "workload"]):
+    flows = flows.assign(_cc=flows["run_id"].map(run_ccs(spec_out)))
+    for (cc, run, wl), g in flows.dropna(subset=["_cc"]).groupby(["_cc", "run_id",
+                                                                  "workload"]):
         span = max(numeric(g["end"]).max() - numeric(g["start"]).min(), 1e-9)
         out.setdefault(str(cc), {}).setdefault(str(run), {})[str(wl)] = \
             float(numeric(g["bytes"]).sum() * 8 / span)
@@ -80,8 +107,12 @@ def file_rates(out: Path, spec: str) -> dict[str, list[float]]:
         if not starts or "duration" not in resolved:
             return {}
         t0, t1 = starts[0] + 1.0, parse_duration(resolved["duration"])
-        ccs = _per_run_rates(spec_out)
-        return {cc: window_rates(spec_out, t0, t1, run_filter={CC_KEY: cc},
-                                 kinds=("connection",)) for cc in ccs}
+        ts = run_table(spec_out, "timeseries")
+        out: dict[str, list[float]] = {}
+        for run, cc in run_ccs(spec_out).items():
+            out.setdefault(cc, []).extend(window_rates(
+                spec_out, t0, t1, run_filter={"run_id": run}, kinds=("connection",),
+                table=ts))
+        return out
     return {cc: [r["file"] for r in runs.values() if "file" in r]
             for cc, runs in _per_run_rates(spec_out).items()}
