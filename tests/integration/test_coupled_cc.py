@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from testbed.core.commands import CommandRunner
+from testbed.core.statedir import state_dir
 from testbed.host.coupled import COUPLED
 from testbed.host.coupled.reference import check_trace
 
@@ -171,6 +172,18 @@ def test_killed_run_is_released_when_the_sweep_resumes(tmp_path: Path) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
     left = ours_loaded(runner)
     assert any("balia" in x for x in left), left            # a SIGKILL leaves it loaded
+    (old_id,) = [int(x.split()[1]) for x in left if x.startswith("struct_ops")]
     res = run_testbed(spec, out)                              # resumes that sweep
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
-    assert settled(runner) == [], res.stdout[-2000:]
+    # the resumed run released the killed run's control before registering its own (it
+    # could not have registered "balia" otherwise) ...
+    assert "balia" not in Path("/proc/sys/net/ipv4/tcp_available_congestion_control"
+                               ).read_text().split()
+    assert not list((state_dir() / "bpf").glob("*.json"))
+    # ... and the kernel frees it once the killed network's last socket and namespace are
+    # gone (orphaned sockets and the namespaces' clean-up take a while under emulation)
+    t0 = time.monotonic()
+    left = settled(runner, timeout=180)
+    print(f"\nFIGURES coupled CC after SIGKILL: struct_ops {old_id} freed "
+          f"{time.monotonic() - t0:.1f} s after the resumed run ended; left: {left}")
+    assert left == [], res.stdout[-2000:]
