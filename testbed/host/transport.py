@@ -44,7 +44,7 @@ from testbed.core.commands import CommandRunner
 from testbed.core.errors import CommandError, InputError, UnsupportedError
 from testbed.core.transcript import Namespaced
 from testbed.machine.bpf_support import coupled_problems
-from testbed.spec.model import COUPLED_CCS
+from testbed.spec.model import BPF_CCS
 from testbed.spec.sysctl import check_sysctls
 
 AVAILABLE_CC = "net.ipv4.tcp_available_congestion_control"
@@ -112,10 +112,10 @@ def ensure_cc(runner: CommandRunner, cc: str, key: str = "transport.cc") -> list
     """
     check_cc_name(cc, key)
     have = available_ccs(runner)
-    if cc in COUPLED_CCS:  # BPF programs the run registers (testbed.host.coupled)
+    if cc in BPF_CCS:  # BPF programs the run registers (testbed.host.coupled)
         problems = coupled_problems()
         if problems:
-            raise UnsupportedError(f"{key}: coupled congestion control {cc!r} cannot run "
+            raise UnsupportedError(f"{key}: BPF congestion control {cc!r} cannot run "
                                    f"here: {'; '.join(problems)}")
         return have
     if cc not in have:

@@ -194,13 +194,15 @@ class LinkState:
                 self._schedule_shells.append(shell)
 
     def play(self, apply: Callable[[ScheduleEvent], None], events: Sequence[ScheduleEvent],
-             t0: float, log: Path | None, at_once: bool = False) -> SchedulePlayer:
+             t0: float, log: Path | None, at_once: bool = False,
+             after: Callable[[ScheduleEvent], None] | None = None) -> SchedulePlayer:
         """Start a `SchedulePlayer` that calls apply with each event at ``t0 + at``
         (`prepare_schedule` first); it is stopped by `stop_players`.  at_once: a dry run:
-        every event is due now, and they are applied, in order, before this returns."""
+        every event is due now, and they are applied, in order, before this returns;
+        after: see `SchedulePlayer`."""
         end = t0 + max((e.at for e in events), default=0.0) + 1.0
         player = SchedulePlayer(apply, events, t0, log,
-                                clock=(lambda: end) if at_once else time.time)
+                                clock=(lambda: end) if at_once else time.time, after=after)
         self._players.append(player)
         player.start()
         if at_once:

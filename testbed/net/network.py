@@ -38,7 +38,7 @@ job after a SIGKILL.  (Mininet's ``mn -c`` is never used: it kills by pattern.)
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -191,6 +191,7 @@ class Network:
     def _configure(self) -> None:
         if not self.offloads:
             bringup.offloads_off(self.runner, self._mn.hosts)
+        bringup.keep_neighbours(self.runner, self._mn.hosts)
         if self.rps:
             self.rps_mask = cpu_mask(online_cpus())
             bringup.steer_flows(self.runner, self.namespace_interfaces(), self.rps_mask,
@@ -290,18 +291,20 @@ class Network:
         self.link_state.prepare_schedule(self.runner, events)
 
     def play(self, events: Sequence[ScheduleEvent], t0: float | None = None,
-             log: Path | None = None) -> SchedulePlayer:
+             log: Path | None = None,
+             after: Callable[[ScheduleEvent], None] | None = None) -> SchedulePlayer:
         """Start applying events at ``t0 + at`` in a thread (t0 default: now, taken after
         `prepare_schedule`, which this calls).
 
-        log: the ``events.jsonl`` file (default: ``<workdir>/samples/events.jsonl``).
+        log: the ``events.jsonl`` file (default: ``<workdir>/samples/events.jsonl``);
+        after: called with each event once applied (`SchedulePlayer`).
         The player is stopped when the network stops.
         """
         self.prepare_schedule(events)
         if log is None and self.workdir is not None:
             log = self.workdir / "samples" / "events.jsonl"
         return self.link_state.play(self.apply, events, time.time() if t0 is None else t0,
-                                    log, at_once=recording(self.runner))
+                                    log, at_once=recording(self.runner), after=after)
 
     def add_nft_table(self, family: str, name: str, body: str) -> None:
         """Create an nftables table (recorded, deleted at stop).

@@ -95,10 +95,14 @@ class AppliedEvent:
     link: str
     changes: dict[str, int | float | bool]
     error: str | None
+    after_error: str | None = None
 
     def to_json(self) -> str:
-        return json.dumps({"t_planned": self.t_planned, "t_applied": self.t_applied,
-                           "link": self.link, "changes": self.changes, "error": self.error})
+        rec = {"t_planned": self.t_planned, "t_applied": self.t_applied,
+               "link": self.link, "changes": self.changes, "error": self.error}
+        if self.after_error is not None:
+            rec["after_error"] = self.after_error
+        return json.dumps(rec)
 
 
 class SchedulePlayer:
@@ -106,13 +110,17 @@ class SchedulePlayer:
 
     apply: called with each event (e.g. `Network.apply`); events: what to play;
     t0: the run's time origin on the ``time.time()`` clock; log: ``events.jsonl`` path
-    (appended to, one line per event, flushed at once).  A failing event is logged with
-    its error and the player goes on.
+    (appended to, one line per event, flushed at once); after: called with each event
+    once it is applied and logged (e.g. the hand-over notifier), its failure recorded in
+    the event's log line as ``after_error``.  A failing event is logged with its error
+    and the player goes on.
     """
 
     def __init__(self, apply: Applier, events: Iterable[ScheduleEvent], t0: float,
-                 log: Path | None = None, clock: Callable[[], float] = time.time):
+                 log: Path | None = None, clock: Callable[[], float] = time.time,
+                 after: Applier | None = None):
         self._apply = apply
+        self._after = after
         self.events = sorted(events, key=lambda e: e.at)
         self.t0 = t0
         self.log = log
@@ -162,6 +170,11 @@ class SchedulePlayer:
             except Exception as exc:  # recorded; the schedule goes on
                 error = str(exc) or type(exc).__name__
             rec = AppliedEvent(planned, self._clock(), ev.link, ev.as_record(), error)
+            if self._after is not None and error is None:
+                try:
+                    self._after(ev)
+                except Exception as exc:  # recorded; the schedule goes on
+                    rec.after_error = str(exc) or type(exc).__name__
             self.applied.append(rec)
             if self.log is not None:
                 self.log.parent.mkdir(parents=True, exist_ok=True)

@@ -39,7 +39,7 @@ class TransportSettings:
                   ) -> TransportSettings:
         """From the spec's validated ``[transport]`` (sizes in bytes); protocol: instead of
         the table's own (the runner uses MPTCP only where a workload needs it)."""
-        ts = cls(protocol=protocol or transport.protocol, cc=transport.cc,
+        ts = cls(protocol=protocol or transport.protocol, cc=transport.kernel_cc(),
                  rmem=transport.rmem, wmem=transport.wmem, subflows=transport.subflows,
                  subflows_per_path=transport.subflows_per_path,
                  scheduler=transport.scheduler, sysctl=dict(transport.sysctl))

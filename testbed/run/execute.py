@@ -37,7 +37,7 @@ from testbed.plan.netplan import NetworkPlan, plan_network
 from testbed.results.bundle import DEFERRED, Bundle
 from testbed.run.diskspace import DiskWatch, capture_estimate, check_free
 from testbed.run.fidelity_data import dp_lost, fidelity_extra, qdisc_drops
-from testbed.run.preflight import coupled_ccs, ensure_ccs
+from testbed.run.preflight import bpf_ccs, ensure_ccs
 from testbed.run.provenance import host_facts, node_dumps
 from testbed.run.reuse import NetworkKeeper
 from testbed.spec.experiment import Experiment
@@ -150,9 +150,9 @@ def execute_run(run: RunPlan, bundle: Bundle, meta: dict[str, Any], phase: Phase
                             "free_bytes": check_free(bundle.root, need)}
         meta["workload_seeds"] = workload_seeds(plan.spec, plan.seed)
         meta["flows_planned"] = len(plan.flows)
-        with CoupledControls(runner, [] if recording(runner) else coupled_ccs(plan.spec),
+        with CoupledControls(runner, [] if recording(runner) else bpf_ccs(plan.spec),
                              bundle.samples_dir) as coupled:
-            meta["coupled_cc"] = dict(coupled.ids)
+            meta["coupled_cc"] = dict(coupled.ids)  # every BPF control (hand-over too)
             _run_network(plan, bundle, meta, runner, tl, keeper)
     finally:
         runner.stop_all()
@@ -173,6 +173,31 @@ def execute_run(run: RunPlan, bundle: Bundle, meta: dict[str, Any], phase: Phase
     headline = analyze_run(bundle.root)
     tl.enter("done")
     return headline
+
+
+def _handover_notifier(plan: NetworkPlan, net: Any, runner: CommandRunner,
+                       bundle: Bundle) -> Any:
+    """The started `HandoverNotifier` of a run with a hand-over scheme (else None)."""
+    exp = plan.spec
+    if exp.transport.handover == "none" or recording(runner):
+        return None
+    from testbed.host.coupled.loader import map_ids
+    from testbed.host.handover.notifier import HandoverNotifier
+
+    senders = [net.host(h) for h in flow_sender_hosts(plan.flows)]
+    return HandoverNotifier(runner, senders, map_ids(runner, exp.transport.kernel_cc()),
+                            bundle.samples_dir).__enter__()
+
+
+def _handover_done(handover: Any, net: Any, runner: CommandRunner) -> dict[str, Any]:
+    """What metadata keeps of the notifications; and forget the path MTUs the restart
+    ICMPs lowered, so that a later run on this network starts with full-size segments
+    (``net.ipv4.route.flush`` drops the namespace's cached route exceptions)."""
+    for host in handover.hosts:
+        runner.run(["ip", "route", "flush", "cache"], host=host, check=False)
+    return {"notifications": len(handover.records),
+            "sockets_signalled": sum(len(r["sockets"]) for r in handover.records),
+            "errors": [e for r in handover.records for e in r["errors"].values()]}
 
 
 def _problems(plan: NetworkPlan, bundle: Bundle, meta: dict[str, Any]) -> list[str]:
@@ -226,6 +251,7 @@ def _run_network(plan: NetworkPlan, bundle: Bundle, meta: dict[str, Any],
         flow_run = FlowRun(runner, {h: net.host(h) for h in hosts}, flows,
                            bundle.samples_dir, bundle.logs_dir) if flows else None
         ping_runs: list[tuple[float, PingRun]] = []
+        handover = _handover_notifier(plan, net, runner, bundle)
         monitor: Monitor | None = None
         lost_before: int | None = None
         drops_before: dict[str, int] | None = None
@@ -250,7 +276,8 @@ def _run_network(plan: NetworkPlan, bundle: Bundle, meta: dict[str, Any],
                 t0 = time.time()
             meta["t0"] = t0
             tl.enter("traffic")
-            net.play(plan.events, t0, bundle.samples_dir / "events.jsonl")
+            net.play(plan.events, t0, bundle.samples_dir / "events.jsonl",
+                     after=handover.notify if handover is not None else None)
             ping_runs = [(p.start, PingRun(
                 runner, net.host(p.host), p.dst_addr, bundle.samples_dir,
                 name=p.name, src=p.src, dst=p.dst, path=p.path,
@@ -288,6 +315,9 @@ def _run_network(plan: NetworkPlan, bundle: Bundle, meta: dict[str, Any],
                 results = in_parallel(lambda stop: stop(), stopping, workers=len(stopping))
             finally:
                 meta["captures"] = captures.stop()
+                if handover is not None:
+                    handover.close()
+                    meta["handover"] = _handover_done(handover, net, runner)
             meta["samplers"] = results[1:1 + len(samplers)]
             if flow_run is not None:
                 meta["flows"] = _flow_summary(flow_run.collect())

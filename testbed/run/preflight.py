@@ -56,7 +56,10 @@ def wanted(plans: Sequence[RunPlan], labels: Mapping[str, str] | None = None
 
     for plan in plans:
         exp = plan.spec
-        add(plan, "transport.cc", "cc", exp.transport.cc)
+        if exp.transport.handover != "none":
+            add(plan, "transport.handover", "cc", exp.transport.kernel_cc())
+        else:
+            add(plan, "transport.cc", "cc", exp.transport.cc)
         for i, wl in enumerate(exp.workload):
             add(plan, f"workload[{i}].cc", "cc", getattr(wl, "cc", None))
         if exp.transport.protocol == "mptcp":  # ignored for plain TCP (docs/spec.md)
@@ -67,12 +70,12 @@ def wanted(plans: Sequence[RunPlan], labels: Mapping[str, str] | None = None
 def problems(items: Sequence[Wanted], facts: KernelFacts) -> list[str]:
     """One line for each congestion control or scheduler the kernel does not offer."""
     from testbed.machine.bpf_support import coupled_problems
-    from testbed.spec.model import COUPLED_CCS
+    from testbed.spec.model import BPF_CCS
 
     lines = []
     for w in items:
-        if w.what == "cc" and w.name in COUPLED_CCS:  # the testbed's BPF programs
-            lines += [f"{w.key}: coupled congestion control {w.name!r} cannot run on kernel "
+        if w.what == "cc" and w.name in BPF_CCS:  # the testbed's BPF programs
+            lines += [f"{w.key}: BPF congestion control {w.name!r} cannot run on kernel "
                       f"{facts.release}: {p}"
                       for p in coupled_problems(facts.release, btf=facts.btf is not False)]
             continue
@@ -131,19 +134,21 @@ def check_kernel_support(plans: Sequence[RunPlan], runner: CommandRunner | None 
             seen.add(w.name)
 
 
-def coupled_ccs(exp: Experiment) -> list[str]:
-    """The coupled MPTCP controls the spec names (BPF programs the run registers)."""
-    from testbed.spec.model import COUPLED_CCS
+def bpf_ccs(exp: Experiment) -> list[str]:
+    """The testbed's own BPF congestion controls the spec uses (coupled MPTCP controls,
+    hand-over schemes): the programs the run registers."""
+    from testbed.spec.model import BPF_CCS
 
-    names = {exp.transport.cc} | {getattr(wl, "cc", None) for wl in exp.workload}
-    return sorted(n for n in names if n in COUPLED_CCS)
+    names = {exp.transport.kernel_cc()} | {getattr(wl, "cc", None) for wl in exp.workload}
+    return sorted(n for n in names if n in BPF_CCS)
 
 
 def ensure_ccs(runner: CommandRunner, exp: Experiment) -> None:
     """Every congestion control the spec names is available (loaded if a module)."""
     from testbed.host.transport import ensure_cc
 
-    ensure_cc(runner, exp.transport.cc)
+    ensure_cc(runner, exp.transport.kernel_cc(),
+              key="transport.handover" if exp.transport.handover != "none" else "transport.cc")
     for i, wl in enumerate(exp.workload):
         if getattr(wl, "cc", None):
             ensure_cc(runner, wl.cc, key=f"workload[{i}].cc")

@@ -22,6 +22,7 @@ from testbed.core.errors import SpecError
 from testbed.spec.controller_kinds import FABRIC_KINDS, NO_CONTROLLER, quoted_choices
 from testbed.spec.model import (
     COUPLED_CCS,
+    HANDOVER_CCS,
     BulkWorkload,
     Capture,
     Controller,
@@ -146,7 +147,24 @@ def _check_coupled(exp: Experiment) -> None:
     uses += [(f"workload[{i}].cc", wl.cc, getattr(wl, "protocol", None)
               or exp.transport.protocol) for i, wl in enumerate(exp.workload)
              if getattr(wl, "cc", None)]
+    ho = exp.transport.handover
+    if ho != "none":
+        if exp.transport.cc != "reno":
+            problems.append(f"transport.handover: {ho!r} is a NewReno variant (as in P3); "
+                            f"set transport.cc = \"reno\" (it is {exp.transport.cc!r}) or "
+                            "transport.handover = \"none\"")
+        if exp.transport.protocol != "tcp":
+            problems.append(f"transport.handover: {ho!r} runs on plain TCP senders; set "
+                            "transport.protocol = \"tcp\" or transport.handover = \"none\"")
+        for i, wl in enumerate(exp.workload):
+            if getattr(wl, "cc", None) or getattr(wl, "protocol", None) == "mptcp":
+                problems.append(f"workload[{i}]: its own cc/protocol would bypass "
+                                f"transport.handover = {ho!r}; remove them from the workload")
     for key, cc, protocol in uses:
+        if cc in HANDOVER_CCS.values():
+            problems.append(f"{key}: {cc!r} is chosen with transport.handover = "
+                            f"{next(k for k, v in HANDOVER_CCS.items() if v == cc)!r} "
+                            "(and cc = \"reno\"), not by name")
         if cc in COUPLED_CCS and protocol != "mptcp":
             problems.append(f"{key}: {cc!r} couples the subflows of an MPTCP connection; "
                             f"set the protocol to 'mptcp' (or choose a per-socket control "

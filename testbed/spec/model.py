@@ -47,6 +47,10 @@ HostName = Annotated[str, Field(pattern=HOST_RE)]
 CCName = Annotated[str, Field(pattern=CC_RE)]
 # coupled MPTCP congestion controls the testbed provides as BPF programs (MPTCP only)
 COUPLED_CCS = ("lia", "olia", "balia", "wvegas")
+# P3's hand-over schemes (transport.handover) -> the BPF NewReno variant that runs each
+HANDOVER_CCS = {"immediate-expiration": "reno_ie", "bandwidth-aware": "reno_bwa"}
+# every congestion control the testbed itself provides as a BPF struct_ops program
+BPF_CCS = (*COUPLED_CCS, *HANDOVER_CCS.values())
 PATTERN_WORDS = {
     NAME_RE: "use up to 32 letters, digits, '-' and '_', starting with a letter or digit",
     HOST_RE: "use up to 10 letters, digits, '-' and '_', starting with a letter",
@@ -291,6 +295,12 @@ class Transport(SpecModel):
     subflows_per_path: Annotated[int, Field(ge=1, le=4)] = 1
     scheduler: CCName | None = None
     sysctl: dict[str, str | int] = Field(default_factory=dict)
+    handover: Literal["none", "immediate-expiration", "bandwidth-aware"] = "none"
+
+    def kernel_cc(self) -> str:
+        """The congestion control the hosts run: ``cc``, or the BPF NewReno variant of a
+        hand-over scheme (`HANDOVER_CCS`)."""
+        return HANDOVER_CCS.get(self.handover, self.cc)
 
     @field_validator("sysctl")
     @classmethod

@@ -1,6 +1,8 @@
-"""Coupled MPTCP congestion controls on the real kernel (in the testbed VM, Debian's 6.1):
-a run registers its BPF control and leaves nothing loaded afterwards, also when it is
-interrupted (SIGINT); a killed run's control (SIGKILL) is unregistered when the sweep
+"""The testbed's BPF congestion controls on the real kernel (in the testbed VM, Debian's
+6.1): a run registers its coupled MPTCP control and leaves nothing loaded afterwards; a
+run with a hand-over scheme (P3, docs/handover.md) interrupted (SIGINT) after its first
+hand-off leaves nothing loaded either (its notifier holds the maps open); a killed run's
+control (SIGKILL) is unregistered when the sweep
 resumes (the kernel's freeing it then is printed, not asserted: see that test); the
 program's logged decisions equal the reference model's on the same inputs; the
 per-subflow windows land in the bundle.
@@ -25,7 +27,7 @@ import pytest
 
 from testbed.core.commands import CommandRunner
 from testbed.core.statedir import state_dir
-from testbed.host.coupled import COUPLED
+from testbed.host.coupled import ALL
 from testbed.host.coupled.reference import check_trace
 
 pytestmark = [pytest.mark.integration,
@@ -54,14 +56,46 @@ kind = "bulk"
 src = "client"
 dst = "server"
 """
-MAP_NAMES = {"conns", "trace", "trace_seq"}
+HANDOVER_SPEC = """
+name = "ithandover"
+duration = "60s"
+seed = 3
+
+[topology]
+kind = "multipath"
+paths = [{ name = "access", bw = "10Mbit", delay = "1ms", queue = 50 }]
+
+[[schedule]]
+at = "2s"
+link = "access"
+down = true
+
+[[schedule]]
+at = "2.5s"
+link = "access"
+down = false
+bw = "384kbit"
+delay = "70ms"
+
+[transport]
+protocol = "tcp"
+cc = "reno"
+handover = "immediate-expiration"
+
+[[workload]]
+name = "tcp"
+kind = "bulk"
+src = "client"
+dst = "server"
+"""
+MAP_NAMES = {"conns", "trace", "trace_seq", "ho_signal", "ho_socks", "ho_log", "ho_log_seq"}
 TESTBED = [sys.executable, "-m", "testbed.cli"]
 
 
 def ours_loaded(runner: CommandRunner) -> list[str]:
     """The testbed's struct_ops registrations, programs and maps still in the kernel."""
     out = []
-    for what, keep in (("struct_ops", lambda d: d.get("name") in COUPLED),
+    for what, keep in (("struct_ops", lambda d: d.get("name") in ALL),
                        ("map", lambda d: d.get("name") in MAP_NAMES
                         or d.get("type") == "struct_ops"),
                        ("prog", lambda d: d.get("type") == "struct_ops")):
@@ -145,12 +179,21 @@ def in_traffic(proc: subprocess.Popen[bytes], cc: str, log: Path) -> None:
     assert proc.poll() is None, f"the run ended by itself: {log.read_text()[-2000:]}"
 
 
-def test_interrupted_run_unloads(tmp_path: Path) -> None:
+def test_interrupted_handover_run_unloads(tmp_path: Path) -> None:
     runner = CommandRunner()
     log = tmp_path / "run.log"
-    proc = start_run(spec_file(tmp_path, "lia", "60s"), tmp_path / "out", log)
+    spec = tmp_path / "handover.toml"
+    spec.write_text(HANDOVER_SPEC)
+    proc = start_run(spec, tmp_path / "out", log)
     try:
-        in_traffic(proc, "lia", log)
+        in_traffic(proc, "reno_ie", log)
+        signals = list((tmp_path / "out").rglob("handover-signal.jsonl"))
+        end = time.monotonic() + 60
+        while not signals and time.monotonic() < end and proc.poll() is None:
+            time.sleep(0.5)
+            signals = list((tmp_path / "out").rglob("handover-signal.jsonl"))
+        assert signals, f"no hand-off was signalled: {log.read_text()[-2000:]}"
+        assert proc.poll() is None, log.read_text()[-2000:]
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=300)
     finally:

@@ -294,7 +294,7 @@ def test_every_study_run_matches_the_sha256_manifest_it_wrote(studies_out: Path)
 
 def test_p0_coupled_congestion_control(studies_out: Path) -> None:
     """Issue 17 on P0's quick runs (the testbed's BPF controls on the VM's 6.1 kernel): at
-    a shared 10 Mbit/s bottleneck (30 s, 3 runs each) a 2-subflow MPTCP connection with
+    a shared 10 Mbit/s bottleneck (30 s, 2 runs each) a 2-subflow MPTCP connection with
     LIA or OLIA takes at most 58 % next to one TCP reno flow, and with uncoupled reno
     subflows more than with either; over two disjoint 5 Mbit/s paths every coupled
     control reaches 85 % of their sum; every decision the programs logged equals the
@@ -315,7 +315,7 @@ def test_p0_coupled_congestion_control(studies_out: Path) -> None:
         for cc, v in shares.items()))
     print("FIGURES coupled CC disjoint paths, % of 10 Mbit/s: " + ", ".join(
         f"{cc} {' '.join(f'{100 * x:.1f}' for x in v)}" for cc, v in use.items()))
-    assert {cc: len(v) for cc, v in shares.items()} == {"lia": 3, "olia": 3, "reno": 3}
+    assert {cc: len(v) for cc, v in shares.items()} == {"lia": 2, "olia": 2, "reno": 2}
     assert mean["lia"] <= 0.58 and mean["olia"] <= 0.58, mean
     assert mean["reno"] > max(mean["lia"], mean["olia"]), mean
     assert set(use) == {"lia", "olia", "balia", "wvegas"}, use
@@ -331,3 +331,76 @@ def test_p0_coupled_congestion_control(studies_out: Path) -> None:
     print("FIGURES coupled CC decisions equal to the model: " + ", ".join(
         f"{cc} {e}/{n}" for cc, (e, n) in checked.items()))
     assert set(checked) == {"lia", "olia", "balia", "wvegas"}, checked
+
+
+def test_p3_handover_schemes(studies_out: Path) -> None:
+    """Issue 18 on P3's quick runs (the testbed's BPF NewReno variants on the VM's 6.1
+    kernel; docs/handover.md).  After the 20 Mbit/s -> 384 kbit/s hand-off with its 0.5 s
+    outage: with Immediate Expiration the sender's first retransmission after the link is
+    back (its capture) comes within 50 ms + one RTT of the new path, its program logged
+    the restart as immediate (not a later timer expiry) and its cwnd samples show the
+    restart (a window of at most 2 segments); with Bandwidth-Aware the logged ssthresh
+    is max(2, acked x RTT / lag) of its logged inputs and lies within a factor 2 of the
+    new path's bandwidth-delay product.  TCP/mm's wait is printed (it waits for its
+    backed-off timer)."""
+    from experiments.p3_handover.handover import (
+        cwnd_after,
+        first_retransmission,
+        handoff_time,
+        new_path_rtt_bdp,
+        restarts,
+        scheme_runs,
+    )
+
+    by = scheme_runs(studies_out / "p3_handover-quick" / "case1_wlan_to_imt")
+    assert set(by) == {"none", "immediate-expiration", "bandwidth-aware"}, by
+    waits: dict[str, list[float | None]] = {}
+    for scheme, runs in by.items():
+        for run in runs:
+            t_up = handoff_time(run)
+            first = first_retransmission(run, t_up)
+            waits.setdefault(scheme, []).append(None if first is None else first - t_up)
+    print("\nFIGURES P3 hand-over, first retransmission after the link is back (s): " +
+          ", ".join(f"{k} {' '.join('-' if w is None else f'{w:.3f}' for w in v)}"
+                    for k, v in waits.items()))
+    for run in by["immediate-expiration"]:
+        t_up = handoff_time(run)
+        rtt, _bdp = new_path_rtt_bdp(run)
+        first = first_retransmission(run, t_up)
+        assert first is not None and first - t_up <= 0.050 + rtt, (run.name, first, t_up)
+        recs = restarts(run)
+        assert recs and recs[0]["path"] in ("open", "loss"), recs
+        assert min(cwnd_after(run, t_up, first + 1.0), default=99) <= 2, run.name
+    for run in by["bandwidth-aware"]:
+        _rtt, bdp = new_path_rtt_bdp(run)
+        (rec,) = [r for r in restarts(run) if r["gen"] == 1]
+        assert rec["path"] in ("open", "loss") and rec["lag_us"], rec
+        assert rec["ssthresh"] == max(2, rec["acked"] * rec["rtt_us"] // rec["lag_us"]), rec
+        bdp_segments = bdp / rec["mss"]
+        print(f"FIGURES P3 bandwidth-aware {run.name}: ssthresh {rec['ssthresh']} segments, "
+              f"BDP {bdp_segments:.2f} segments, rtt {rec['rtt_us'] / 1e3:.1f} ms, lag "
+              f"{rec['lag_us'] / 1e3:.1f} ms, bw {rec['bw_bps'] / 1e3:.0f} kbit/s")
+        assert bdp_segments / 2 <= rec["ssthresh"] <= 2 * bdp_segments, (rec, bdp_segments)
+
+
+def test_no_bpf_control_is_left_in_the_kernel(studies_out: Path) -> None:
+    """Issue 18: after the quick studies (their P0 coupled and P3 hand-over runs), the
+    kernel they ran on holds no struct_ops, program or map of the testbed's BPF controls
+    (`python -m testbed.host.coupled.leftovers`: scripts/vm_stage records it in the VM
+    boot that ran them; on a machine that runs them natively it is asked here)."""
+    import sys
+
+    path = RECORD / "bpf-leftovers.json"
+    if path.exists():  # scripts/vm_stage removes it before the studies' runs
+        text = path.read_text()
+    elif subprocess.run([str(ROOT / ".venv" / "bin" / "testbed"), "doctor"],
+                        capture_output=True, check=False).returncode == 0:
+        text = subprocess.run([sys.executable, "-m", "testbed.host.coupled.leftovers",
+                               "--wait", "120"], capture_output=True, text=True,
+                              check=False).stdout
+    else:
+        pytest.skip("the studies ran in a VM boot of their own (a -k run), which is gone")
+    left = json.loads(text.strip().splitlines()[-1])
+    print(f"\nFIGURES BPF controls left after the studies: {left}")
+    assert "error" not in left, left
+    assert left["struct_ops"] == [] and left["programs"] == [] and left["maps"] == [], left

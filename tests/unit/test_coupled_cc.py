@@ -126,7 +126,7 @@ def test_a_control_somebody_else_registered_is_refused(fake: FakeBpftool,
 
 def test_build_refuses_without_the_toolchain(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(build, "coupled_problems", lambda: ["no kernel BTF"])
-    with pytest.raises(MissingFeatureError, match="coupled congestion controls: no kernel BTF"):
+    with pytest.raises(MissingFeatureError, match="BPF congestion controls: no kernel BTF"):
         build.objects(FakeBpftool(), ["lia"])
 
 
@@ -137,7 +137,7 @@ def test_build_key_follows_sources_compiler_and_kernel() -> None:
     assert k != build.build_key("clang 14", "6.12.0-1-amd64")
     names = [p.name for p in build.source_files()]
     assert names == sorted(["balia.bpf.c", "coupled.h", "lia.bpf.c", "olia.bpf.c",
-                            "wvegas.bpf.c"])
+                            "wvegas.bpf.c", "handover.h", "reno_ie.bpf.c", "reno_bwa.bpf.c"])
 
 
 def test_kernel_records_decide_coupled_controls(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -157,7 +157,7 @@ def test_kernel_records_decide_coupled_controls(monkeypatch: pytest.MonkeyPatch)
 
     assert problems(want, facts("6.1.0-56-amd64", True)) == []
     (line,) = problems(want, facts("6.1.0-56-amd64", False))
-    assert line.startswith('sweep."transport.cc": coupled congestion control \'lia\' '
+    assert line.startswith('sweep."transport.cc": BPF congestion control \'lia\' '
                            "cannot run on kernel 6.1.0-56-amd64: no kernel BTF")
     (line,) = problems(want, facts("5.10.0-28-amd64", True))
     assert "older than 5.19" in line

@@ -139,7 +139,7 @@ def test_ensure_cc_coupled_needs_no_module_but_the_bpf_toolchain(monkeypatch) ->
     monkeypatch.setattr(tr, "coupled_problems", lambda: ["no kernel BTF (/sys/kernel/btf)"])
     with pytest.raises(UnsupportedError) as err:
         ensure_cc(k, "lia", key="sweep.\"transport.cc\"")
-    assert "coupled congestion control 'lia' cannot run here: no kernel BTF" in str(err.value)
+    assert "BPF congestion control 'lia' cannot run here: no kernel BTF" in str(err.value)
     assert err.value.exit_code == 2
 
 

@@ -1,6 +1,6 @@
-"""Build the coupled controls' BPF objects once and cache them.
+"""Build the BPF congestion controls' objects (coupled and hand-over) once and cache them.
 
-The sources (``bpf/*.bpf.c`` and ``bpf/coupled.h``) are compiled with clang against a
+The sources (``bpf/*.bpf.c`` and the headers) are compiled with clang against a
 ``vmlinux.h`` dumped by bpftool from the running kernel's BTF.  The objects are CO-RE
 (field offsets are relocated at load time), and they are cached under
 ``${XDG_CACHE_HOME:-~/.cache}/multipath-testbed/bpf/<key>/`` where the key hashes the
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from testbed.core.commands import CommandRunner
 from testbed.core.errors import CommandError, MissingFeatureError
-from testbed.host.coupled import COUPLED
+from testbed.host.coupled import ALL
 from testbed.machine.bpf_support import coupled_problems
 
 SOURCES = Path(__file__).parent / "bpf"
@@ -61,16 +61,16 @@ def clang_argv(src: Path, obj: Path, include: Path) -> list[str]:
             "-c", str(src), "-o", str(obj)]
 
 
-def objects(runner: CommandRunner, names: Iterable[str] = COUPLED) -> dict[str, Path]:
+def objects(runner: CommandRunner, names: Iterable[str] = ALL) -> dict[str, Path]:
     """Build (or find in the cache) the objects of the named controls.
 
     runner: runs bpftool and clang (recorded in the run's transcript); names: controls
-    from `COUPLED`.  Raises `MissingFeatureError` (exit 2) naming what this machine lacks.
+    from `ALL`.  Raises `MissingFeatureError` (exit 2) naming what this machine lacks.
     """
     names = list(names)
     problems = coupled_problems()
     if problems:
-        raise MissingFeatureError("coupled congestion controls: " + "; ".join(problems))
+        raise MissingFeatureError("BPF congestion controls: " + "; ".join(problems))
     clang = runner.run(["clang", "--version"], record=False).stdout.splitlines()[0]
     key = build_key(clang, os.uname().release)
     root = cache_root()
@@ -93,13 +93,13 @@ def _build_into(runner: CommandRunner, root: Path, done: Path) -> None:
         btf = runner.run(["bpftool", "btf", "dump", "file", "/sys/kernel/btf/vmlinux",
                           "format", "c"], record=False, timeout=120).stdout
         (tmp / "vmlinux.h").write_text(btf)
-        for name in COUPLED:
+        for name in ALL:
             try:
                 runner.run(clang_argv(SOURCES / f"{name}.bpf.c", tmp / f"{name}.bpf.o", tmp),
                            timeout=300)
             except CommandError as exc:
                 raise MissingFeatureError(
-                    f"coupled congestion control {name!r} does not build here "
+                    f"BPF congestion control {name!r} does not build here "
                     f"(clang: {exc.stderr.strip().splitlines()[-1:] or exc}); check "
                     "`testbed doctor` and the clang/libbpf-dev packages") from exc
         (tmp / "vmlinux.h").unlink()

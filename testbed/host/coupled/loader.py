@@ -32,8 +32,10 @@ from testbed.core.commands import CommandRunner
 from testbed.core.errors import CommandError, MissingFeatureError, UnsupportedError
 from testbed.core.safefiles import atomic_write_text
 from testbed.core.statedir import process_start_time, state_dir
+from testbed.host.coupled import HANDOVER
 from testbed.host.coupled.build import objects
 from testbed.host.coupled.trace import parse_dump
+from testbed.host.handover.log import parse_handover_dump, wall_minus_mono
 
 REGISTERED = re.compile(r"Registered tcp_congestion_ops (\S+) id (\d+)")
 
@@ -88,23 +90,29 @@ def release_stale(runner: CommandRunner) -> list[str]:
     return released
 
 
-def trace_map_id(runner: CommandRunner, name: str) -> int | None:
-    """The id of the ``trace`` map used by control name's programs (None: not found)."""
+def map_ids(runner: CommandRunner, name: str) -> dict[str, int]:
+    """The maps control name's programs use, by map name (the newest id of each name)."""
     res = runner.run(["bpftool", "-j", "prog", "show"], check=False, record=False)
     try:
         progs = json.loads(res.stdout) if res.returncode == 0 else []
     except ValueError:
-        return None
+        return {}
     ids = {m for p in progs if p.get("type") == "struct_ops"
            and str(p.get("name", "")).startswith(f"{name}_"[:15])
            for m in p.get("map_ids", [])}
-    for map_id in sorted(ids, reverse=True):
+    found: dict[str, int] = {}
+    for map_id in sorted(ids):
         res = runner.run(["bpftool", "-j", "map", "show", "id", str(map_id)], check=False,
                          record=False)
-        with contextlib.suppress(ValueError):
-            if res.returncode == 0 and json.loads(res.stdout).get("name") == "trace":
-                return map_id
-    return None
+        with contextlib.suppress(ValueError, AttributeError):
+            if res.returncode == 0:
+                found[str(json.loads(res.stdout).get("name"))] = map_id
+    return found
+
+
+def trace_map_id(runner: CommandRunner, name: str) -> int | None:
+    """The id of the ``trace`` map used by control name's programs (None: not found)."""
+    return map_ids(runner, name).get("trace")
 
 
 def _available() -> list[str]:
@@ -175,6 +183,9 @@ class CoupledControls:
     def _save_trace(self, name: str) -> None:
         if self.samples_dir is None:
             return
+        if name in HANDOVER:
+            self._save_handover_log(name)
+            return
         map_id = trace_map_id(self.runner, name)
         if map_id is None:
             return
@@ -184,6 +195,17 @@ class CoupledControls:
         rows = parse_dump(res.stdout, name)
         self.samples_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.samples_dir / f"cc-trace-{name}.jsonl",
+                          "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+
+    def _save_handover_log(self, name: str) -> None:
+        assert self.samples_dir is not None
+        map_id = map_ids(self.runner, name).get("ho_log")
+        if map_id is None:
+            return
+        res = self.runner.run(["bpftool", "map", "dump", "id", str(map_id)], timeout=120)
+        rows = parse_handover_dump(res.stdout, name, wall_minus_mono())
+        self.samples_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self.samples_dir / f"handover-{name}.jsonl",
                           "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,

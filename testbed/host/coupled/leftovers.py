@@ -1,0 +1,85 @@
+"""What the testbed's BPF congestion controls left in the kernel: their struct_ops
+registrations, programs and maps (by the names the sources give them).
+
+    python -m testbed.host.coupled.leftovers [--wait SECONDS]
+
+prints one JSON object: ``struct_ops``, ``programs`` and ``maps`` still present (name and
+id each), and ``waited_s``: how long it waited for them to go (the kernel frees a
+control's programs and maps once no socket uses it any more, e.g. after a network's
+namespaces are deleted).  Exit 0 when nothing is left, 1 otherwise, 2 (with ``error``)
+when bpftool cannot list them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from typing import Any
+
+from testbed.spec.model import BPF_CCS
+
+# the maps the sources declare (bpf/coupled.h, bpf/handover.h)
+MAP_NAMES = {"conns", "trace", "trace_seq", "ho_signal", "ho_socks", "ho_log", "ho_log_seq"}
+
+
+class ListingError(Exception):
+    """bpftool could not list what the kernel holds (so nothing can be said)."""
+
+
+def _bpftool(*args: str) -> list[dict[str, Any]]:
+    try:
+        res = subprocess.run(["bpftool", "-j", *args], capture_output=True, text=True,
+                             check=False, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ListingError(f"bpftool {' '.join(args)}: {exc}") from exc
+    if res.returncode != 0:
+        raise ListingError(f"bpftool {' '.join(args)}: exit {res.returncode}: "
+                           f"{res.stderr.strip()[-200:]}")
+    try:
+        data = json.loads(res.stdout) if res.stdout.strip() else []
+    except ValueError as exc:
+        raise ListingError(f"bpftool {' '.join(args)}: not JSON ({exc})") from exc
+    return data if isinstance(data, list) else [data]
+
+
+def ours(struct_ops: list[dict[str, Any]], progs: list[dict[str, Any]],
+         maps: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The entries of bpftool's lists that belong to the testbed's controls."""
+    prefixes = tuple(f"{n}_"[:15] for n in BPF_CCS)
+    return {
+        "struct_ops": [{"name": s.get("name"), "id": s.get("id")} for s in struct_ops
+                       if s.get("name") in BPF_CCS],
+        "programs": [{"name": p.get("name"), "id": p.get("id")} for p in progs
+                     if p.get("type") == "struct_ops"
+                     and str(p.get("name", "")).startswith(prefixes)],
+        "maps": [{"name": m.get("name"), "id": m.get("id")} for m in maps
+                 if m.get("name") in MAP_NAMES],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--wait", type=float, default=0.0,
+                    help="seconds to wait for the kernel to free them")
+    a = ap.parse_args(argv)
+    t0 = time.monotonic()
+    while True:
+        try:
+            left = ours(_bpftool("struct_ops", "show"), _bpftool("prog", "show"),
+                        _bpftool("map", "show"))
+        except ListingError as exc:
+            print(json.dumps({"error": str(exc)}))
+            return 2
+        waited = time.monotonic() - t0
+        if not any(left.values()) or waited >= a.wait:
+            break
+        time.sleep(2.0)
+    print(json.dumps({**left, "waited_s": round(waited, 1)}))
+    return 0 if not any(left.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,176 @@
+"""Tell a run's senders that the access link changed (P3's hand-over schemes).
+
+    with HandoverNotifier(runner, [net.host("client")], map_ids, samples_dir) as ho:
+        net.play(events, t0, log, after=ho.notify)
+
+At every schedule event that brings a link (back) up or changes its shape, `notify`
+(1) bumps the hand-off generation in the program's ``ho_signal`` map (with the
+CLOCK_MONOTONIC time), (2) reads ``ho_socks`` for the sockets with data in flight and
+(3) has the agent in each sender's namespace (`testbed.host.handover.agent`) send each of
+its sockets the restart ICMP (`testbed.host.handover.icmp`).  Map access is in-process
+(`testbed.host.handover.bpfmap`) and the agents are started before the run's clock, so a
+hand-off reaches the senders within milliseconds.  Each notification is one line of
+``samples/handover-signal.jsonl``::
+
+    {"gen": 1, "t": 1700000003.51, "t_mono_ns": 123, "link": "access",
+     "sockets": [{"src": ..., "sport": ..., "seq": ..., "mss": 1448, "mtu": 1480}],
+     "sent": {"client": [...]}, "errors": {}}
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import select
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from testbed.core.commands import CommandRunner
+from testbed.core.errors import CommandError, MissingFeatureError
+from testbed.core.process import Process
+from testbed.core.transcript import Namespaced, TranscriptEntry, in_namespace
+from testbed.host.handover.bpfmap import BpfMap
+from testbed.host.handover.icmp import decode_sock, signal_value
+from testbed.spec.model import ScheduleEvent
+
+READY_TIMEOUT_S = 120.0   # the agent imports scapy: seconds under software emulation
+REPLY_TIMEOUT_S = 5.0
+
+
+def is_handoff(event: ScheduleEvent) -> bool:
+    """Whether event is an interface change a sender should hear of: the link comes back
+    up, or its rate or delay changes (taking it down is not: the sender learns of the new
+    interface when it is there)."""
+    return event.down is not True and (event.down is False or event.bw is not None
+                                       or event.delay is not None)
+
+
+class _Agent:
+    """One agent process and its pipes."""
+
+    def __init__(self, runner: CommandRunner, host: Namespaced):
+        self.name = host.name
+        argv = in_namespace([sys.executable, "-m", "testbed.host.handover.agent"], host)
+        try:
+            self.popen = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                          stderr=subprocess.DEVNULL, text=True, bufsize=1,
+                                          start_new_session=True)
+        except FileNotFoundError as exc:
+            raise MissingFeatureError(f"'{argv[0]}' is not installed") from exc
+        self.proc = Process(self.popen, argv, host.name, runner, None)
+        runner.track(self.proc)
+        runner.transcript.add(TranscriptEntry(time.time(), argv, host.name, None, 0.0,
+                                              kind="spawn"))
+
+    def reply(self, timeout: float) -> dict[str, Any]:
+        """The agent's next line (an error record when it says nothing in time)."""
+        assert self.popen.stdout is not None
+        ready, _, _ = select.select([self.popen.stdout], [], [], timeout)
+        if not ready:
+            return {"error": f"no answer within {timeout:g} s"}
+        line = self.popen.stdout.readline()
+        if not line:
+            return {"error": "the agent exited"}
+        try:
+            return json.loads(line)
+        except ValueError:
+            return {"error": f"unreadable answer {line[:80]!r}"}
+
+    def ask(self, line: str) -> dict[str, Any]:
+        assert self.popen.stdin is not None
+        try:
+            self.popen.stdin.write(line + "\n")
+        except OSError as exc:
+            return {"error": f"the agent is gone: {exc}"}
+        return self.reply(REPLY_TIMEOUT_S)
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError):
+            if self.popen.stdin is not None:
+                self.popen.stdin.write("quit\n")
+                self.popen.stdin.close()
+        self.proc.stop()
+
+
+class HandoverNotifier:
+    """Hand-off notification for one run.
+
+    runner: the run's command runner; hosts: the sending hosts; map_ids: the program's
+    map ids by name (``ho_signal``, ``ho_socks``); samples_dir: where
+    ``handover-signal.jsonl`` goes.
+    """
+
+    def __init__(self, runner: CommandRunner, hosts: Sequence[Namespaced],
+                 map_ids: dict[str, int], samples_dir: Path):
+        self.runner = runner
+        self.hosts = list(hosts)
+        self.map_ids = map_ids
+        self.log = samples_dir / "handover-signal.jsonl"
+        self.gen = 0
+        self.records: list[dict[str, Any]] = []
+        self._maps: dict[str, BpfMap] = {}
+        self._agents: list[_Agent] = []
+
+    def __enter__(self) -> HandoverNotifier:
+        try:
+            for name in ("ho_signal", "ho_socks"):
+                if name not in self.map_ids:
+                    raise MissingFeatureError(f"the hand-over program has no map {name!r}")
+                self._maps[name] = BpfMap.open(self.map_ids[name])
+            self._agents = [_Agent(self.runner, h) for h in self.hosts]
+            for agent in self._agents:
+                first = agent.reply(READY_TIMEOUT_S)
+                if not first.get("ready"):
+                    raise CommandError(agent.proc.argv, 1, "",
+                                       f"hand-over agent in {agent.name}: "
+                                       f"{first.get('error', first)}")
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def notify(self, event: ScheduleEvent) -> None:
+        """Signal a hand-off if event is one (`is_handoff`); never raises for the agents'
+        failures (they are logged)."""
+        if not is_handoff(event):
+            return
+        self.gen += 1
+        t_mono = time.monotonic_ns()
+        self._maps["ho_signal"].update(b"\0\0\0\0", signal_value(self.gen, t_mono))
+        socks = self._maps["ho_socks"]
+        states = []
+        for key in list(socks.keys()):
+            value = socks.lookup(key)
+            if value is not None:
+                st = decode_sock(key, value)
+                if st.in_flight:
+                    states.append(st)
+        payload = json.dumps([dataclasses.asdict(s) for s in states])
+        replies = {a.name: a.ask(f"send {payload}") for a in self._agents}
+        rec = {"gen": self.gen, "t": time.time(), "t_mono_ns": t_mono, "link": event.link,
+               "sockets": [s.as_record() for s in states],
+               "sent": {h: r.get("sent", []) for h, r in replies.items()},
+               "errors": {h: r["error"] for h, r in replies.items() if "error" in r}}
+        self.records.append(rec)
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+
+    def close(self) -> None:
+        """Stop the agents and close the maps (idempotent)."""
+        for agent in self._agents:
+            agent.stop()
+        self._agents = []
+        for m in self._maps.values():
+            m.close()
+        self._maps = {}
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()

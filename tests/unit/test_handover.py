@@ -1,0 +1,176 @@
+"""P3's hand-over schemes without a kernel: the spec rules, the restart ICMP, the
+notifier's choice of events, the agent's handling and the log parser.  The programs on a
+real kernel: tests/integration/test_handover.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scapy.layers.inet import ICMP, IP, TCP
+
+from testbed.core.errors import InputError, SpecError
+from testbed.host.handover import agent
+from testbed.host.handover.icmp import (
+    KEY,
+    SOCK,
+    SockState,
+    decode_sock,
+    frag_needed,
+    signal_value,
+)
+from testbed.host.handover.log import parse_handover_dump
+from testbed.host.handover.notifier import is_handoff
+from testbed.plan.transport import transport_settings
+from testbed.run.preflight import bpf_ccs
+from testbed.spec.load import load_spec
+from testbed.spec.model import ScheduleEvent
+
+SPEC = """
+name = "h"
+duration = "5s"
+[topology]
+kind = "multipath"
+paths = [{{ name = "access", bw = "10Mbit", delay = "1ms" }}]
+[transport]
+protocol = "{protocol}"
+cc = "{cc}"
+handover = "{handover}"
+[[workload]]
+kind = "bulk"
+src = "client"
+dst = "server"
+{extra}
+"""
+
+
+def write(tmp: Path, handover: str, cc: str = "reno", protocol: str = "tcp",
+          extra: str = "") -> Path:
+    p = tmp / "s.toml"
+    p.write_text(SPEC.format(protocol=protocol, cc=cc, handover=handover, extra=extra))
+    return p
+
+
+@pytest.mark.parametrize(("scheme", "kernel_cc"), [("none", "reno"),
+                                                   ("immediate-expiration", "reno_ie"),
+                                                   ("bandwidth-aware", "reno_bwa")])
+def test_a_scheme_runs_its_newreno_variant(tmp_path: Path, scheme: str,
+                                           kernel_cc: str) -> None:
+    exp = load_spec(write(tmp_path, scheme))
+    assert exp.transport.kernel_cc() == kernel_cc
+    assert transport_settings(exp).cc == kernel_cc
+    assert bpf_ccs(exp) == ([] if scheme == "none" else [kernel_cc])
+
+
+def test_a_scheme_needs_newreno_on_plain_tcp(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match=r"transport.handover: 'bandwidth-aware' is a "
+                       r"NewReno variant .* set transport.cc = \"reno\" \(it is 'cubic'\)"):
+        load_spec(write(tmp_path, "bandwidth-aware", cc="cubic"))
+    with pytest.raises(SpecError, match=r"runs on plain TCP senders"):
+        load_spec(write(tmp_path, "immediate-expiration", protocol="mptcp"))
+    with pytest.raises(SpecError, match=r"workload\[0\]: its own cc/protocol would bypass"):
+        load_spec(write(tmp_path, "immediate-expiration", extra='cc = "cubic"'))
+    with pytest.raises(SpecError, match=r"'reno_ie' is chosen with transport\.handover"):
+        load_spec(write(tmp_path, "none", cc="reno_ie"))
+    with pytest.raises(SpecError, match=r"transport\.handover"):
+        load_spec(write(tmp_path, "immediate"))
+
+
+def sock(**kw: Any) -> SockState:
+    base = {"saddr": "10.0.1.1", "daddr": "10.0.100.1", "sport": 43464, "dport": 5001,
+            "snd_una": 3479545, "snd_nxt": 3579545, "mss": 1448, "hdr_len": 32,
+            "packets_out": 69, "ca_state": 4, "t_ns": 5}
+    return SockState(**{**base, **kw})
+
+
+def test_a_published_socket_is_decoded_from_the_map_bytes() -> None:
+    key = KEY.pack(bytes([10, 0, 1, 1]), bytes([10, 0, 100, 1]), (43464).to_bytes(2, "big"),
+                   (5001).to_bytes(2, "big"))
+    value = SOCK.pack(3479545, 3579545, 1448, 32, 69, 4, 5)
+    assert decode_sock(key, value) == sock()
+    assert len(value) == 32 and len(key) == 12  # struct ho_sock, struct ho_key
+    assert struct.unpack("<QQ", signal_value(3, 77)) == (3, 77)
+
+
+def test_the_restart_icmp_quotes_the_oldest_unacknowledged_byte() -> None:
+    s = sock()
+    pkt = IP(frag_needed(s))
+    assert (pkt.src, pkt.dst) == ("10.0.100.1", "10.0.1.1")
+    icmp = pkt[ICMP]
+    assert (icmp.type, icmp.code, icmp.nexthopmtu) == (3, 4, 1448 + 32 + 20 - 8)
+    inner = IP(bytes(icmp.payload))
+    assert (inner.src, inner.dst) == ("10.0.1.1", "10.0.100.1")
+    tcp = TCP(bytes(inner.payload)[:8] + bytes(12))  # the quote holds the first 8 bytes
+    assert (tcp.sport, tcp.dport, tcp.seq) == (43464, 5001, 3479545)
+    # 1000-byte segments without options (the 2006 profile) shrink to 992 bytes
+    assert sock(mss=1000, hdr_len=20).restart_mtu() == 1032
+    assert sock(mss=500, hdr_len=20).restart_mtu() == 552  # never below the kernel's floor
+
+
+def test_only_sockets_with_data_in_flight_are_restarted() -> None:
+    assert sock().in_flight
+    assert not sock(packets_out=0, snd_nxt=3479545).in_flight
+
+
+def test_the_sender_hears_of_an_interface_when_it_is_there() -> None:
+    assert not is_handoff(ScheduleEvent(at=3, link="access", down=True))
+    assert is_handoff(ScheduleEvent(at=3.5, link="access", down=False, bw="384kbit",
+                                    delay="70ms"))
+    assert is_handoff(ScheduleEvent(at=3, link="access", bw="384kbit"))
+    assert not is_handoff(ScheduleEvent(at=3, link="access", loss="1%"))
+
+
+class RecordingSocket:
+    def __init__(self) -> None:
+        self.sent: list[tuple[bytes, tuple[str, int]]] = []
+
+    def sendto(self, data: bytes, addr: tuple[str, int]) -> None:
+        self.sent.append((data, addr))
+
+
+def test_the_agent_sends_only_for_its_own_addresses() -> None:
+    raw = RecordingSocket()
+    mine = sock()
+    theirs = sock(saddr="10.9.9.9")
+    local = {"10.0.1.1": True, "10.9.9.9": False}
+    reply = agent.handle("send " + json.dumps([dataclasses.asdict(mine),
+                                               dataclasses.asdict(theirs)]), raw, local)
+    assert [r["src"] for r in reply["sent"]] == ["10.0.1.1"]
+    assert [r["src"] for r in reply["skipped"]] == ["10.9.9.9"]
+    assert raw.sent == [(frag_needed(mine), ("10.0.1.1", 0))]
+    assert agent.handle("dance", raw, local) == {"error": "unknown command 'dance'"}
+    assert agent.is_local("127.0.0.1", {}) and not agent.is_local("192.0.2.77", {})
+
+
+def _rec(**kw: int) -> dict[str, Any]:
+    base = {"seq": 1, "gen": 1, "t_signal_ns": 10**9, "t_restart_ns": 10**9,
+            "t_done_ns": 2 * 10**9,
+            "key": {"saddr": int.from_bytes(bytes([10, 0, 1, 1]), "little"),
+                    "daddr": int.from_bytes(bytes([10, 0, 100, 1]), "little"),
+                    "sport": int.from_bytes((43464).to_bytes(2, "big"), "little"),
+                    "dport": int.from_bytes((5001).to_bytes(2, "big"), "little")},
+            "scheme": 2, "path": 2, "ca_state": 4, "cwnd_before": 1, "ssthresh_before": 25,
+            "mss": 1440, "rtt_us": 150000, "lag_us": 30000, "acked": 1, "ssthresh": 5}
+    return {**base, **kw}
+
+
+def test_the_log_gives_each_hand_off_with_its_estimate() -> None:
+    dump = json.dumps([{"key": 1, "value": _rec(seq=2, gen=2)}, {"key": 0, "value": _rec()},
+                       {"key": 2, "value": {**_rec(), "seq": 0}}])
+    rows = parse_handover_dump(dump, "reno_bwa", 100.0)
+    assert [r["seq"] for r in rows] == [1, 2]
+    r = rows[0]
+    assert (r["src"], r["sport"], r["dst"], r["dport"]) == ("10.0.1.1", 43464, "10.0.100.1",
+                                                            5001)
+    assert (r["scheme"], r["path"], r["ssthresh"]) == ("bandwidth-aware", "loss", 5)
+    assert r["bw_bps"] == round(1440 * 8 / 0.03)   # one segment per 30 ms: 384 kbit/s
+    assert r["t_signal"] == 101.0 and r["t_done"] == 102.0
+    ie = parse_handover_dump(json.dumps([{"key": 0, "value": _rec(scheme=1, path=1)}]),
+                             "reno_ie", 0.0)[0]
+    assert ie["scheme"] == "immediate-expiration" and "bw_bps" not in ie
+    with pytest.raises(InputError):
+        parse_handover_dump("{}", "reno_ie", 0.0)
