@@ -11,6 +11,7 @@ congestion window per scheme with the hand-offs marked.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from analysis.study_figures import (
     workload_series,
 )
 from analysis.study_tables import resolved_spec, run_table, top_flows
+from experiments.p3_handover.handover import restarts
 from experiments.p3_handover.study import capacity_steps, ideal_rate, paper_table, window
 
 XLABEL = "time since the run's start (s)"
@@ -108,11 +110,14 @@ def _case(spec_dir: Path, spec: dict[str, Any], table: dict[str, Any]) -> StudyF
             right.axvline(t, color="0.5", ls=":", lw=1)
     legend(left)
     _cwnd(right, run_table(spec_dir, "cwnd"))
+    _estimates(right, spec_dir)
     caption = ("Left: what the receiver got, per hand-over scheme (mean over runs; log "
                "scale above 0.5 Mbit/s), the access link's capacity, the ideal over the "
                "paper's averaging window, and over that window our mean (dashed) and the "
                "paper's (dotted) throughput of each scheme.  Right: the sender's cwnd per "
-               "scheme (ss samples); dotted: the schedule's changes.")
+               "scheme (ss samples); dotted: the schedule's changes; diamonds: the "
+               "ssthresh Bandwidth-Aware set after each hand-off, from its packet-pair "
+               "estimate (samples/handover-reno_bwa.jsonl).")
     if not name.startswith("case"):
         caption += ("  MPTCP over both links is our extra: the paper has no value for it, "
                     "and eq. 2 over one access link is not its ideal, so neither is drawn.")
@@ -135,3 +140,24 @@ def _cwnd(ax: Any, cwnd: pd.DataFrame) -> None:
                 drawstyle="steps-post", label=label,
                 **({"color": color} if KEY in cwnd and color else {}))
     legend(ax)
+
+
+def _estimates(ax: Any, spec_dir: Path) -> None:
+    """Bandwidth-Aware's ssthresh at the moment it set it, one diamond per hand-off."""
+    first = True
+    for meta in sorted(spec_dir.glob("*/metadata.json")):
+        run = meta.parent
+        t0 = json.loads(meta.read_text()).get("t0")
+        for rec in restarts(run):
+            if rec.get("scheme") != "bandwidth-aware" or not rec.get("t_done") or t0 is None:
+                continue
+            label = None
+            if first:
+                label = (f"Bandwidth-Aware ssthresh {rec['ssthresh']} "
+                         f"(BW {rec['bw_bps'] / 1e3:.0f} kbit/s, RTT "
+                         f"{rec['rtt_us'] / 1e3:.0f} ms)")
+                first = False
+            ax.plot([rec["t_done"] - float(t0)], [rec["ssthresh"]], marker="D", ms=7,
+                    color=SCHEMES["bandwidth-aware"][1], ls="none", label=label)
+    if not first:
+        legend(ax)

@@ -340,8 +340,8 @@ def test_p3_handover_schemes(studies_out: Path) -> None:
     back (its capture) comes within 50 ms + one RTT of the new path, its program logged
     the restart as immediate (not a later timer expiry) and its cwnd samples show the
     restart (a window of at most 2 segments); with Bandwidth-Aware the logged ssthresh
-    is max(2, acked x RTT / lag) of its logged inputs and lies within a factor 2 of the
-    new path's bandwidth-delay product.  TCP/mm's wait is printed (it waits for its
+    is max(2, acked x RTT / (lag x MSS)) of its logged inputs and lies within a factor 2
+    of the new path's bandwidth-delay product.  TCP/mm's wait is printed (it waits for its
     backed-off timer)."""
     from experiments.p3_handover.handover import (
         cwnd_after,
@@ -375,7 +375,8 @@ def test_p3_handover_schemes(studies_out: Path) -> None:
         _rtt, bdp = new_path_rtt_bdp(run)
         (rec,) = [r for r in restarts(run) if r["gen"] == 1]
         assert rec["path"] in ("open", "loss") and rec["lag_us"], rec
-        assert rec["ssthresh"] == max(2, rec["acked"] * rec["rtt_us"] // rec["lag_us"]), rec
+        assert rec["ssthresh"] == max(2, rec["acked"] * rec["rtt_us"]
+                                      // (rec["lag_us"] * rec["mss"])), rec
         bdp_segments = bdp / rec["mss"]
         print(f"FIGURES P3 bandwidth-aware {run.name}: ssthresh {rec['ssthresh']} segments, "
               f"BDP {bdp_segments:.2f} segments, rtt {rec['rtt_us'] / 1e3:.1f} ms, lag "

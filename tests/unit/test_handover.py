@@ -137,11 +137,14 @@ def test_the_agent_sends_only_for_its_own_addresses() -> None:
     mine = sock()
     theirs = sock(saddr="10.9.9.9")
     local = {"10.0.1.1": True, "10.9.9.9": False}
+    flushed: list[bool] = []
     reply = agent.handle("send " + json.dumps([dataclasses.asdict(mine),
-                                               dataclasses.asdict(theirs)]), raw, local)
+                                               dataclasses.asdict(theirs)]), raw, local,
+                         after_send=lambda: flushed.append(True))
     assert [r["src"] for r in reply["sent"]] == ["10.0.1.1"]
     assert [r["src"] for r in reply["skipped"]] == ["10.9.9.9"]
     assert raw.sent == [(frag_needed(mine), ("10.0.1.1", 0))]
+    assert flushed == [True]      # the lowered path MTU is forgotten once the ICMPs are out
     assert agent.handle("dance", raw, local) == {"error": "unknown command 'dance'"}
     assert agent.is_local("127.0.0.1", {}) and not agent.is_local("192.0.2.77", {})
 
@@ -154,7 +157,7 @@ def _rec(**kw: int) -> dict[str, Any]:
                     "sport": int.from_bytes((43464).to_bytes(2, "big"), "little"),
                     "dport": int.from_bytes((5001).to_bytes(2, "big"), "little")},
             "scheme": 2, "path": 2, "ca_state": 4, "cwnd_before": 1, "ssthresh_before": 25,
-            "mss": 1440, "rtt_us": 150000, "lag_us": 30000, "acked": 1, "ssthresh": 5}
+            "mss": 1448, "rtt_us": 150000, "lag_us": 30000, "acked": 1448, "ssthresh": 5}
     return {**base, **kw}
 
 
@@ -167,7 +170,7 @@ def test_the_log_gives_each_hand_off_with_its_estimate() -> None:
     assert (r["src"], r["sport"], r["dst"], r["dport"]) == ("10.0.1.1", 43464, "10.0.100.1",
                                                             5001)
     assert (r["scheme"], r["path"], r["ssthresh"]) == ("bandwidth-aware", "loss", 5)
-    assert r["bw_bps"] == round(1440 * 8 / 0.03)   # one segment per 30 ms: 384 kbit/s
+    assert r["bw_bps"] == round(1448 * 8 / 0.03)   # one segment per 30 ms: 386 kbit/s
     assert r["t_signal"] == 101.0 and r["t_done"] == 102.0
     ie = parse_handover_dump(json.dumps([{"key": 0, "value": _rec(scheme=1, path=1)}]),
                              "reno_ie", 0.0)[0]

@@ -4,8 +4,9 @@ run (``python -m testbed.host.handover.agent``) that sends the restart ICMPs
 
 Protocol (lines on stdin, one JSON line back on stdout for each):
 ``send <json list of socket records>`` -> ``{"sent": [...], "skipped": [...], "t": ...}``
-(a record whose source address is not this namespace's is skipped); ``quit`` or the end
-of input stops it.  It prints ``{"ready": true}`` once scapy is loaded.
+(a record whose source address is not this namespace's is skipped; after sending, the
+namespace's cached path MTUs are dropped again, `restore_mtu`); ``quit`` or the end of
+input stops it.  It prints ``{"ready": true}`` once scapy is loaded.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import socket
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from testbed.host.handover.icmp import SockState, frag_needed
@@ -31,8 +33,22 @@ def is_local(addr: str, cache: dict[str, bool]) -> bool:
     return cache[addr]
 
 
-def handle(line: str, raw: socket.socket, local: dict[str, bool]) -> dict[str, Any]:
-    """Act on one command line; returns the reply."""
+ROUTE_FLUSH = "/proc/sys/net/ipv4/route/flush"
+
+
+def restore_mtu(path: str = ROUTE_FLUSH) -> None:
+    """Forget the path MTUs the restart ICMPs just lowered (``net.ipv4.route.flush``
+    in this namespace): the kernel has already retransmitted at the lower size, and the
+    sockets' next segments go back to full size (``tcp_current_mss`` re-reads the
+    route's MTU), so only the restarted segment is split."""
+    with open(path, "w") as f:
+        f.write("1\n")
+
+
+def handle(line: str, raw: Any, local: dict[str, bool],
+           after_send: Callable[[], None] = restore_mtu) -> dict[str, Any]:
+    """Act on one command line; returns the reply.  raw: the raw IP socket (anything with
+    ``sendto``); after_send: called once ICMPs went out (`restore_mtu`)."""
     cmd, _, arg = line.strip().partition(" ")
     if cmd != "send":
         return {"error": f"unknown command {cmd!r}"}
@@ -42,8 +58,12 @@ def handle(line: str, raw: socket.socket, local: dict[str, bool]) -> dict[str, A
         if not is_local(sock.saddr, local):
             skipped.append(sock.as_record())
             continue
-        raw.sendto(frag_needed(sock), (sock.saddr, 0))
-        sent.append({**sock.as_record(), "t": time.time()})
+        pkt = frag_needed(sock)
+        t_mono = time.monotonic_ns()
+        raw.sendto(pkt, (sock.saddr, 0))
+        sent.append({**sock.as_record(), "t": time.time(), "t_mono_ns": t_mono})
+    if sent:
+        after_send()
     return {"sent": sent, "skipped": skipped, "t": time.time()}
 
 

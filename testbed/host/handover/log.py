@@ -12,8 +12,9 @@ the socket (``src``, ``sport``, ``dst``, ``dport``), ``cwnd_before``,
 ``ssthresh_before``, ``mss``, the times ``t_signal``, ``t_restart`` and ``t_done``
 (seconds since the epoch, like the captures; ``t_done``: when the estimate was applied),
 and for ``bandwidth-aware`` the estimate: ``rtt_us`` (restart -> first ACK), ``lag_us``
-(2nd -> 3rd ACK), ``acked`` (segments the 3rd ACK covered), ``bw_bps`` (acked x MSS x 8
-/ lag) and ``ssthresh`` (segments: max(2, acked x rtt / lag)).  For
+between the pair of ACKs, see ``bpf/handover.h``), ``acked`` (bytes the pair's second
+ACK acknowledged), ``bw_bps`` (acked x 8 / lag) and ``ssthresh`` (segments:
+max(2, acked x rtt / (lag x mss))).  For
 ``immediate-expiration`` ``ssthresh`` is the one set at the restart.
 """
 
@@ -83,7 +84,7 @@ def parse_handover_dump(text: str, cc: str, offset: float) -> list[dict[str, Any
                 lag, acked = int(v["lag_us"]), int(v["acked"])
                 rec.update(rtt_us=int(v["rtt_us"]) or None, lag_us=lag or None,
                            acked=acked or None,
-                           bw_bps=round(acked * rec["mss"] * 8e6 / lag) if lag else None)
+                           bw_bps=round(acked * 8e6 / lag) if lag else None)
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"ho_log record without {exc}") from exc
         out.append(rec)

@@ -5,9 +5,10 @@
 
 At every schedule event that brings a link (back) up or changes its shape, `notify`
 (1) bumps the hand-off generation in the program's ``ho_signal`` map (with the
-CLOCK_MONOTONIC time), (2) reads ``ho_socks`` for the sockets with data in flight and
+CLOCK_MONOTONIC time), (2) reads ``ho_socks`` for the sockets with data in flight,
 (3) has the agent in each sender's namespace (`testbed.host.handover.agent`) send each of
-its sockets the restart ICMP (`testbed.host.handover.icmp`).  Map access is in-process
+its sockets the restart ICMP (`testbed.host.handover.icmp`) and (4) sets the signal's
+time to when the first ICMP went out.  Map access is in-process
 (`testbed.host.handover.bpfmap`) and the agents are started before the run's clock, so a
 hand-off reaches the senders within milliseconds.  Each notification is one line of
 ``samples/handover-signal.jsonl``::
@@ -153,6 +154,12 @@ class HandoverNotifier:
                     states.append(st)
         payload = json.dumps([dataclasses.asdict(s) for s in states])
         replies = {a.name: a.ask(f"send {payload}") for a in self._agents}
+        # the restart's time is when the first ICMP went out: a socket that was already
+        # in loss recovery takes it from here on its first ACK (bpf/handover.h)
+        sent_at = [int(r["t_mono_ns"]) for rep in replies.values()
+                   for r in rep.get("sent", []) if "t_mono_ns" in r]
+        if sent_at:
+            self._maps["ho_signal"].update(b"\0\0\0\0", signal_value(self.gen, min(sent_at)))
         rec = {"gen": self.gen, "t": time.time(), "t_mono_ns": t_mono, "link": event.link,
                "sockets": [s.as_record() for s in states],
                "sent": {h: r.get("sent", []) for h, r in replies.items()},

@@ -11,8 +11,7 @@
  *                 ssthresh = max(2, BW x RTT / packet size),
  *             BW = packet size / (lag between the 2nd and 3rd ACK after the restart),
  *             RTT = the time from the restart to the first ACK; applied once per
- *             hand-off, then plain NewReno.  With `acked` segments covered by the 3rd ACK
- *             this is max(2, acked x RTT / lag) segments.
+ *             hand-off, then plain NewReno (the pair's ACKs: see bwa_ack).
  *
  * How the sender learns of the change (testbed.host.handover): at the moment the schedule
  * player brings the link back with its new shape, the notifier in the sender's namespace
@@ -67,7 +66,8 @@ extern void tcp_reno_cong_avoid(struct sock *sk, __u32 ack, __u32 acked) __ksym;
 
 struct ho_signal {
 	__u64 gen;       /* hand-offs so far (0: none) */
-	__u64 t_ns;      /* CLOCK_MONOTONIC of the latest, as the notifier wrote it */
+	__u64 t_ns;      /* CLOCK_MONOTONIC of the latest: the notifier writes it when it
+			  * signals, then once more with the time its first ICMP went out */
 };
 
 struct {
@@ -113,10 +113,10 @@ struct ho_rec {
 	__u32 ca_state;  /* the state the restart found */
 	__u32 cwnd_before;
 	__u32 ssthresh_before;
-	__u32 mss;
+	__u32 mss;       /* at the restart (reno_bwa: when the estimate was made) */
 	__u32 rtt_us;    /* reno_bwa: restart -> first ACK */
 	__u32 lag_us;    /* reno_bwa: 2nd -> 3rd ACK */
-	__u32 acked;     /* reno_bwa: segments the 3rd ACK covered */
+	__u32 acked;     /* reno_bwa: bytes the pair's second ACK acknowledged */
 	__u32 ssthresh;  /* the ssthresh set (reno_ie: at the restart) */
 };
 
@@ -300,8 +300,16 @@ static __always_inline void ho_set_state(struct sock *sk, __u8 new_state, __u32 
 }
 
 /*
- * reno_bwa: the packet-pair estimate over the first three ACKs after the restart that
- * acknowledge new data (snd_una advances; duplicate ACKs do not count).
+ * reno_bwa: the packet-pair estimate.  RTT: from the restart to the first ACK that
+ * acknowledges new data.  Then the first two "pair" ACKs after it: each acknowledges
+ * between half a segment and two segments (one packet, or two with delayed ACKs).
+ * Others do not measure a packet's spacing and are skipped -- the ACK of a
+ * retransmission that fills a hole acknowledges everything the receiver held beyond it,
+ * and the restart leaves the head segment split in two (its tail is 8 bytes long) --
+ * and an ACK of that kind between the two breaks the pair (the next pair ACK starts it
+ * again).  lag = time between the pair; acked = bytes the second acknowledged; then
+ * ssthresh = max(2, acked x RTT / (lag x MSS)) segments, i.e. BW x RTT / packet size
+ * with BW = acked / lag.
  */
 static __always_inline void bwa_ack(struct sock *sk)
 {
@@ -309,17 +317,23 @@ static __always_inline void bwa_ack(struct sock *sk)
 	struct ho_priv *p = priv_of(sk);
 	__u64 now, ss;
 	__u32 lag, acked, mss = tp->mss_cache ? tp->mss_cache : 1;
+	bool pair;
 	struct ho_rec *r;
 
 	if (p->phase == PHASE_IDLE || !before(p->una, tp->snd_una))
 		return;
-	acked = (tp->snd_una - p->una + mss - 1) / mss;
+	acked = tp->snd_una - p->una;
 	p->una = tp->snd_una;
 	now = bpf_ktime_get_ns();
 	if (p->phase == PHASE_RTT) {
 		p->rtt_us = (__u32)((now - p->t_restart_ns) / 1000);
 		if (p->rtt_us == 0)
 			p->rtt_us = 1;
+		p->phase = PHASE_ACK2;
+		return;
+	}
+	pair = 2 * acked > mss && acked <= 2 * mss;
+	if (!pair) {
 		p->phase = PHASE_ACK2;
 		return;
 	}
@@ -333,7 +347,7 @@ static __always_inline void bwa_ack(struct sock *sk)
 		p->t_ack_ns = now;
 		return;
 	}
-	ss = (__u64)acked * p->rtt_us / lag;
+	ss = (__u64)acked * p->rtt_us / ((__u64)lag * mss);
 	if (ss < 2)
 		ss = 2;
 	if (ss > HO_SSTHRESH_MAX)
@@ -345,6 +359,7 @@ static __always_inline void bwa_ack(struct sock *sk)
 		r->rtt_us = p->rtt_us;
 		r->lag_us = lag;
 		r->acked = acked;
+		r->mss = mss;
 		r->ssthresh = (__u32)ss;
 		r->t_done_ns = now;
 	}
