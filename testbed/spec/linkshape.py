@@ -23,7 +23,7 @@ UNLIMITED_BPS = 10_000_000_000
 NO_REORDER_RATE_BPS = 10_000_000_000
 NETEM_MIN_LIMIT = 1000
 DEFAULT_QUEUE_PKTS = 1000
-BURST_MIN_BYTES = 2 * MTU_BYTES
+BURST_MIN_BYTES = MTU_BYTES  # one frame: a slow link never sends two faster than its rate
 BURST_TIME_S = 0.010  # tokens for this long at the link rate: covers coarse timers (VMs)
 DISTRIBUTIONS = ("normal", "pareto", "paretonormal")
 
@@ -119,7 +119,7 @@ def effective_rate(shape: LinkShape) -> int:
 
 
 def burst_for(shape: LinkShape) -> int:
-    """The tbf bucket in bytes: explicit, else `BURST_TIME_S` at the rate, >= 2 MTU."""
+    """The tbf bucket in bytes: explicit, else `BURST_TIME_S` at the rate, >= 1 MTU."""
     if shape.burst_bytes is not None:
         return shape.burst_bytes
     return max(BURST_MIN_BYTES, math.ceil(effective_rate(shape) * BURST_TIME_S / 8))

@@ -31,7 +31,7 @@ def test_change_touches_only_what_differs() -> None:
     new_bw = old.changed(bw_bps=2_000_000)
     assert sh.change_commands("x", old, new_bw) == [
         ["tc", "qdisc", "change", "dev", "x", "parent", "1:1", "handle", "2:", "tbf",
-         "rate", "2000000bit", "burst", "3028", "limit", "100"]]
+         "rate", "2000000bit", "burst", "2500", "limit", "100"]]
     new_delay = old.changed(delay_s=0.07)
     assert sh.change_commands("x", old, new_delay) == [
         ["tc", "qdisc", "change", "dev", "x", "root", "handle", "1:", "netem",
@@ -65,7 +65,8 @@ def test_netem_limit_never_drops_for_delay() -> None:
 
 
 def test_burst_scales_with_rate_and_has_floor() -> None:
-    assert sh.burst_for(sh.LinkShape(bw_bps=1_000_000)) == 2 * sh.MTU_BYTES
+    assert sh.burst_for(sh.LinkShape(bw_bps=1_000_000)) == sh.MTU_BYTES   # one frame
+    assert sh.burst_for(sh.LinkShape(bw_bps=2_000_000)) == 2500            # 10 ms
     assert sh.burst_for(sh.LinkShape(bw_bps=100_000_000)) == 125_000
     assert sh.burst_for(sh.LinkShape(bw_bps=1_000_000, burst_bytes=9000)) == 9000
 

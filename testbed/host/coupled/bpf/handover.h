@@ -142,7 +142,8 @@ struct ho_priv {
 	__u64 rec_seq;   /* this hand-off's log record */
 	__u32 phase;     /* PHASE_* */
 	__u32 rtt_us;
-	__u32 una;       /* reno_bwa: snd_una after the previous ACK */
+	__u32 una;       /* reno_bwa: snd_una the estimate last saw */
+	__u32 last_una;  /* snd_una after the previous ACK */
 	__u32 restarted; /* 1 from a restart until the socket is back in Open */
 };
 
@@ -241,6 +242,7 @@ static __always_inline void ho_init(struct sock *sk)
 
 	__builtin_memset(p, 0, sizeof(*p));
 	p->gen_seen = sig ? sig->gen : 0;
+	p->last_una = tcp_sk(sk)->snd_una;
 	publish(sk);
 }
 
@@ -370,11 +372,17 @@ static __always_inline void ho_in_ack(struct sock *sk, __u32 scheme)
 	struct ho_signal *sig = signal_now();
 	__u8 state = ((struct inet_connection_sock *)sk)->icsk_ca_state;
 
-	if (sig && sig->gen != priv_of(sk)->gen_seen)
+	struct ho_priv *p = priv_of(sk);
+
+	if (sig && sig->gen != p->gen_seen) {
 		ho_restart(sk, sig, scheme, state == TCP_CA_Loss ? PATH_LOSS : PATH_NONE,
 			   sig->t_ns);
-	else if (scheme == SCHEME_BWA)
+		/* this ACK already moved snd_una: it is the restart's first ACK */
+		p->una = p->last_una;
+	}
+	if (scheme == SCHEME_BWA)
 		bwa_ack(sk);
+	p->last_una = tcp_sk(sk)->snd_una;
 	publish(sk);
 }
 
