@@ -309,7 +309,8 @@ static __always_inline void ho_set_state(struct sock *sk, __u8 new_state, __u32 
  * retransmission that fills a hole acknowledges everything the receiver held beyond it,
  * and the restart leaves the head segment split in two (its tail is 8 bytes long) --
  * and an ACK of that kind between the two breaks the pair (the next pair ACK starts it
- * again).  lag = time between the pair; acked = bytes the second acknowledged; then
+ * again), as does a second ACK half an RTT or more after the first (the two were not
+ * sent in one burst).  lag = time between the pair; acked = bytes the second acknowledged; then
  * ssthresh = max(2, acked x RTT / (lag x MSS)) segments, i.e. BW x RTT / packet size
  * with BW = acked / lag.
  */
@@ -345,7 +346,9 @@ static __always_inline void bwa_ack(struct sock *sk)
 		return;
 	}
 	lag = (__u32)((now - p->t_ack_ns) / 1000);
-	if (lag == 0) {             /* arrived together: no spacing to read, take the next */
+	if (lag == 0 || 2 * lag > p->rtt_us) {
+		/* together: no spacing to read; half an RTT or more apart: not one burst's
+		 * (loss recovery may send a lone segment first) -- this one starts the pair */
 		p->t_ack_ns = now;
 		return;
 	}
