@@ -30,8 +30,9 @@ from analysis.study_tables import DELIVERED, resolved_spec, run_table, window_ra
 from testbed.core.units import parse_duration, parse_rate
 
 Steps = list[tuple[float, float]]  # [(from_time_s, capacity_bps)]
-# swept keys that split a case's runs into groups (each compared with the paper's row)
-GROUP_KEYS = ("transport.handover", "transport.cc", "transport.profile")
+# swept keys that split a case's runs into groups (each compared with the paper's row);
+# the full specs also sweep SACK on and off (transport.sysctl)
+GROUP_KEYS = ("transport.handover", "transport.cc", "transport.profile", "transport.sysctl")
 # transport.handover -> the paper's row (paper.toml's value keys)
 PAPER_ROW = {"none": "tcp-mm", "immediate-expiration": "immediate-expiration",
              "bandwidth-aware": "bandwidth-aware"}

@@ -56,7 +56,7 @@ from typing import Any
 from testbed.core.commands import CommandRunner
 from testbed.core.errors import CommandError, InputError, UnsupportedError
 from testbed.core.transcript import Namespaced
-from testbed.host.transport import apply_tcp, sysctl_write_argv
+from testbed.host.transport import apply_route_metrics, apply_tcp, sysctl_write_argv
 from testbed.plan.transport import MAX_PER_PATH, MAX_SUBFLOWS, TransportSettings
 
 TABLE_BASE = 100            # same plan as topologies.multipath: path i -> table 101 + i
@@ -302,8 +302,33 @@ def configure_host(runner: CommandRunner, host: Namespaced, ts: TransportSetting
     applied: dict[str, Any] = {"host": host.name, "role": role, "protocol": ts.protocol}
     applied["sysctl"] = apply_tcp(runner, host, cc=ts.cc, rmem=ts.rmem, wmem=ts.wmem,
                                   extra=ts.sysctl)
-    if ts.protocol != "mptcp":
-        return applied
+    if ts.protocol == "mptcp":
+        _configure_mptcp(runner, host, ts, interfaces, role, peer_multihomed, primary,
+                         applied)
+    # after the MPTCP routes, so that a profile's metrics are on those too
+    applied["profile"] = profile_record(ts)
+    routes = apply_route_metrics(runner, host, ts.route_metrics)
+    if routes:
+        applied["routes"] = routes
+    return applied
+
+
+def profile_record(ts: TransportSettings) -> dict[str, Any]:
+    """The run's transport profile for ``metadata.json``: its settings, each with the
+    mechanism it stands for, and the profile sysctls an explicit ``transport.sysctl``
+    entry set to another value (``overridden``: key -> the value the host got)."""
+    record = ts.profile_settings.as_record()
+    record["overridden"] = {k: str(ts.sysctl[k]) for k, v
+                            in ts.profile_settings.sysctl_values().items()
+                            if k in ts.sysctl and str(ts.sysctl[k]) != v}
+    return record
+
+
+def _configure_mptcp(runner: CommandRunner, host: Namespaced, ts: TransportSettings,
+                     interfaces: Sequence[HostInterface], role: str,
+                     peer_multihomed: bool, primary: str | None,
+                     applied: dict[str, Any]) -> None:
+    """The MPTCP part of `configure_host`: path manager, scheduler; into applied."""
     # one read answers both: the scheduler sysctl (>= 6.6) and the list it accepts (newer)
     sched = _read(runner, host, ["sysctl", "-n", SCHEDULER_SYSCTL, AVAILABLE_SCHEDULERS]
                   ).splitlines()
@@ -324,7 +349,6 @@ def configure_host(runner: CommandRunner, host: Namespaced, ts: TransportSetting
     applied["mptcp_sysctl"] = {k: (values[i].strip() if i < len(values) else "")
                                for i, k in enumerate(keys)}
     applied["mptcp_sysctl"][SCHEDULER_SYSCTL] = sched[0].strip() if have_sched else None
-    return applied
 
 
 def run_steps(runner: CommandRunner, host: Namespaced, steps: Sequence[Step]) -> None:

@@ -27,17 +27,26 @@ window is about half of it (``tcp_adv_win_scale = 1``); from 6.6 the kernel uses
 measured payload/truesize ratio instead.  `buffer_sysctls` reports both values so
 ``metadata.json`` says which applies.
 
+Route metrics (a profile's ``advmss`` and ``initcwnd``, `testbed.spec.profile`): the
+segment size a host advertises and the initial window have no sysctl; they are metrics
+of the route a connection uses.  `apply_route_metrics` reads the host's IPv4 unicast
+routes (every table but ``local``) and changes each in place (``ip route change ...
+advmss 1000 initcwnd 2``; routes live in the host's namespace too).  A dry run reads no
+routes, so it lists no such command; a real run's ``metadata.json`` has the routes as
+read back.
+
 API::
 
     ccs = ensure_cc(runner, "bbr")                       # before the network starts
     applied = apply_tcp(runner, host, cc="reno", rmem=65536, wmem=None,
                         extra={"net.ipv4.tcp_no_metrics_save": 1})
+    routes = apply_route_metrics(runner, host, {"advmss": "1000", "initcwnd": "2"})
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from testbed.core.commands import CommandRunner
@@ -51,6 +60,16 @@ AVAILABLE_CC = "net.ipv4.tcp_available_congestion_control"
 ALLOWED_CC = "net.ipv4.tcp_allowed_congestion_control"
 DEFAULT_CC = "net.ipv4.tcp_congestion_control"
 _CC_RE = re.compile(r"^[a-z][a-z0-9_]{0,15}$")
+
+ROUTES_ARGV = ["ip", "-4", "-o", "route", "show", "table", "all"]
+# route types that are not forwarding paths of a connection (``ip route`` prints the type
+# first for them; a unicast route starts with its destination)
+_NOT_UNICAST = frozenset({"local", "broadcast", "multicast", "anycast", "blackhole",
+                          "unreachable", "prohibit", "throw", "nat"})
+# flags ``ip route show`` prints that ``ip route change`` does not take
+_STATE_WORDS = frozenset({"linkdown", "dead", "offload", "trap", "rt_offload",
+                          "rt_trap", "pervasive", "notify"})
+ROUTE_METRICS = ("advmss", "initcwnd")
 
 # Linux defaults (6.1): tcp_rmem "4096 131072 6291456", tcp_wmem "4096 16384 4194304".
 RMEM_DEFAULT = 131072
@@ -203,3 +222,71 @@ def apply_tcp(runner: CommandRunner, host: Namespaced, *, cc: str | None = None,
             sysctl_read_argv("net.ipv4.tcp_adv_win_scale"), host=host, record=False,
             check=False).stdout.strip()
     return applied
+
+
+def parse_routes(text: str) -> list[list[str]]:
+    """The unicast routes in ``ip -4 -o route show table all`` output, each as its words
+    without the flags that only report state (``linkdown``); routes of the ``local``
+    table and typed routes (``local``, ``broadcast``, ...) are left out (pure)."""
+    out = []
+    for line in text.splitlines():
+        words = [w for w in line.replace("\\", " ").split() if w not in _STATE_WORDS]
+        if not words or words[0] in _NOT_UNICAST:
+            continue
+        if "table" in words and words[words.index("table") + 1:][:1] == ["local"]:
+            continue
+        out.append(words)
+    return out
+
+
+def without_metrics(route: list[str], metrics: Iterable[str] = ROUTE_METRICS) -> list[str]:
+    """route's words without the given metrics and their values (``advmss 1000``,
+    ``initcwnd lock 2``)."""
+    names = set(metrics)
+    out, i = [], 0
+    while i < len(route):
+        if route[i] in names:
+            i += 2 + (i + 1 < len(route) and route[i + 1] == "lock")
+            continue
+        out.append(route[i])
+        i += 1
+    return out
+
+
+def route_metric_argvs(routes: list[list[str]], metrics: Mapping[str, str]
+                       ) -> list[list[str]]:
+    """``ip route change <route> <metric> <value> ...`` for each route (pure).
+
+    routes: `parse_routes` output; metrics: e.g. {"advmss": "1000", "initcwnd": "2"}
+    ({}: no commands).  A metric the route already has is replaced.
+    """
+    if not metrics:
+        return []
+    for name, value in metrics.items():
+        if name not in ROUTE_METRICS or not str(value).isdigit():
+            raise InputError(f"route metric {name}={value!r}: use one of "
+                             f"{', '.join(ROUTE_METRICS)} with a whole number")
+    extra = [w for name, value in metrics.items() for w in (name, str(value))]
+    return [["ip", "route", "change", *without_metrics(r, metrics), *extra] for r in routes]
+
+
+def apply_route_metrics(runner: CommandRunner, host: Namespaced,
+                        metrics: Mapping[str, str]) -> list[str]:
+    """Put metrics on every IPv4 unicast route of host (see the module docstring).
+
+    runner: command runner; host: Mininet host; metrics: metric -> value ({}: nothing
+    is read or changed).  Returns the routes as read back afterwards (for
+    ``metadata.json``).  A route the kernel refuses to change raises `CommandError`.
+    """
+    if not metrics:
+        return []
+    routes = parse_routes(runner.run(ROUTES_ARGV, host=host, record=False).stdout)
+    argvs = route_metric_argvs(routes, metrics)
+    if argvs:
+        shell = runner.batch_shell("ip", host)
+        try:
+            shell.run(argvs)
+        finally:
+            shell.stop()
+    return [" ".join(r) for r in parse_routes(
+        runner.run(ROUTES_ARGV, host=host, record=False).stdout)]

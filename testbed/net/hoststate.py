@@ -8,7 +8,9 @@ run finds its hosts as a fresh network would have them.  A network that takes a
 * the TCP/MPTCP sysctls (`SYSCTL_PATTERN`, writable ones only): congestion control,
   buffers, ``net.mptcp.*``, ``rp_filter``;
 * the MPTCP path manager: endpoints (flushed) and limits;
-* policy-routing rules and routes (in any table) that the run added;
+* policy-routing rules and routes (in any table) that the run added, and routes whose
+  metrics it changed (a transport profile's ``advmss``/``initcwnd``: replaced by the
+  baseline's);
 * addresses the run added (an MPTCP alias for a second subflow on one path): deleted,
   which also removes the ``local`` and ``broadcast`` routes the kernel made for them.
   Deleting only those routes would leave an address packets to it never reach (a later
@@ -43,6 +45,12 @@ SYSCTL_GLOBS = ("net/ipv4/tcp_*", "net/mptcp/*", "net/core/rmem_*", "net/core/wm
 # loads is added to the allowed list (`testbed.host.transport.ensure_cc`), and a registered
 # coupled control (non-restricted) is listed there while registered; not a run's leftover
 GLOBAL_SYSCTLS = frozenset({"net.ipv4.tcp_allowed_congestion_control"})
+# the metrics ``ip route`` prints after a route (each followed by a value, or ``lock``
+# and a value)
+ROUTE_METRIC_WORDS = frozenset({"mtu", "advmss", "window", "rtt", "rttvar", "ssthresh",
+                                "cwnd", "initcwnd", "initrwnd", "reordering", "hoplimit",
+                                "features", "quickack", "congctl", "rto_min",
+                                "fastopen_no_cookie"})
 _SECTIONS = ("limits", "endpoints", "rules", "routes", "addresses")
 _MARK = "@@testbed-hoststate "
 _RULE = re.compile(r"^(\d+):\s")
@@ -161,13 +169,35 @@ def restore_commands(base: HostState, now: HostState) -> list[list[str]]:
             # by its whole selector: rules may share a priority (an MPTCP alias address's
             # rule has its interface's), and ``del pref N`` alone takes the first of them
             cmds.append(["ip", "rule", "del", "pref", m.group(1), *rule[m.end():].split()])
+    # a route the run only changed in place (a profile's ``advmss``/``initcwnd``) is put
+    # back as it was; deleting it would lose the topology's route
+    changed_from = {_route_key(r): r for r in base.routes if r not in now.routes}
     for route in now.routes:
         words = route.split()
         if words[0] in ("local", "broadcast") and gone & set(words):
             continue  # the kernel's own route for an address deleted above
-        if route not in base.routes:
+        if route in base.routes:
+            continue
+        was = changed_from.get(_route_key(route))
+        if was is not None:
+            cmds.append(["ip", "route", "replace", *was.split()])
+        else:
             cmds.append(["ip", "route", "del", *words])
     return cmds
+
+
+def _route_key(route: str) -> tuple[str, ...]:
+    """A route's words without its metrics (``advmss 1000``, ``initcwnd lock 2``): two
+    routes with one key are one route whose metrics changed."""
+    words = route.split()
+    out, i = [], 0
+    while i < len(words):
+        if words[i] in ROUTE_METRIC_WORDS:
+            i += 2 + (i + 1 < len(words) and words[i + 1] == "lock")
+            continue
+        out.append(words[i])
+        i += 1
+    return tuple(out)
 
 
 def differences(base: HostState, now: HostState) -> list[str]:

@@ -38,6 +38,7 @@ from testbed.spec.model import (
     Transport,
     Workload,
 )
+from testbed.spec.profile import profile_named
 from testbed.spec.quantities import PositiveDuration, format_duration_exact
 
 
@@ -108,6 +109,7 @@ def check_experiment(exp: Experiment) -> None:
     attempt(_check_repetition, exp)
     attempt(_check_controller, exp)
     attempt(_check_coupled, exp)
+    attempt(_check_profile, exp)
     names = [exp.workload_name(i) for i in range(len(exp.workload))]
     attempt(_no_duplicates, names, "workload", "name")
     for i, wl in enumerate(exp.workload):
@@ -169,6 +171,23 @@ def _check_coupled(exp: Experiment) -> None:
             problems.append(f"{key}: {cc!r} couples the subflows of an MPTCP connection; "
                             f"set the protocol to 'mptcp' (or choose a per-socket control "
                             f"such as 'reno' or 'cubic')")
+    if problems:
+        raise SpecError("\n".join(problems))
+
+
+def _check_profile(exp: Experiment) -> None:
+    """A profile that requires a congestion control (``tcp-2006``: reno) gets it for
+    every socket: ``transport.cc`` and every workload's ``cc``."""
+    profile = profile_named(exp.transport.profile)
+    if profile.cc is None:
+        return
+    uses = [("transport.cc", exp.transport.cc)]
+    uses += [(f"workload[{i}].cc", wl.cc) for i, wl in enumerate(exp.workload)
+             if getattr(wl, "cc", None)]
+    problems = [f"{key}: {cc!r} with transport.profile = {profile.name!r}, which is "
+                f"{profile.cc} (NewReno) by definition; use cc = {profile.cc!r} (or leave "
+                f"cc out), or transport.profile = 'linux'"
+                for key, cc in uses if cc != profile.cc]
     if problems:
         raise SpecError("\n".join(problems))
 

@@ -19,12 +19,14 @@ from pydantic import (
     Field,
     Tag,
     field_validator,
+    model_validator,
 )
 from pydantic_core import PydanticCustomError
 
 from testbed.core.errors import InputError
 from testbed.spec.controller_kinds import CONTROLLER_KINDS
 from testbed.spec.linkshape import DEFAULT_QUEUE_PKTS, DISTRIBUTIONS, GilbertElliott, LinkShape
+from testbed.spec.profile import DEFAULT_PROFILE, PROFILE_NAMES, profile_named
 from testbed.spec.quantities import (
     Duration,
     Interval,
@@ -285,9 +287,16 @@ class Controller(SpecModel):
 
 
 class Transport(SpecModel):
-    """Host transport settings: TCP or MPTCP, congestion control, buffers, subflows."""
+    """Host transport settings: TCP or MPTCP, congestion control, buffers, subflows.
+
+    profile: a named set of host TCP settings (`testbed.spec.profile`); a profile that
+    requires a congestion control (``tcp-2006``: reno) makes it the default of ``cc``
+    when the spec leaves ``cc`` out (another ``cc`` is refused in
+    `testbed.spec.experiment`, with the spec's other problems).
+    """
 
     protocol: Literal["tcp", "mptcp"] = "tcp"
+    profile: Literal[PROFILE_NAMES] = DEFAULT_PROFILE  # type: ignore[valid-type]
     cc: CCName = "cubic"
     rmem: Size | None = None
     wmem: Size | None = None
@@ -313,6 +322,16 @@ class Transport(SpecModel):
             reason = str(exc).removeprefix("transport.sysctl: ")
             raise PydanticCustomError("sysctl_key", "{reason}", {"reason": reason}) from None
         return sysctl
+
+    @model_validator(mode="before")
+    @classmethod
+    def _profile_cc(cls, data: Any) -> Any:
+        """Without a ``cc``, a profile's required congestion control is the default."""
+        if isinstance(data, dict) and "cc" not in data and data.get("profile") in PROFILE_NAMES:
+            cc = profile_named(data["profile"]).cc
+            if cc is not None:
+                return {**data, "cc": cc}
+        return data
 
 
 class _WorkloadBase(SpecModel):

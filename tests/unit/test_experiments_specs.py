@@ -72,7 +72,8 @@ QUICK_MAX_RATE_BPS = 20_000_000
 
 # Specs that exist only in the full variant (each is named in its study's README).
 FULL_ONLY = {("p1_fattree_spray", "short_count"), ("p3_handover", "case4_two_flows_alternating"),
-             ("p3_handover", "mptcp_handover")}
+             ("p3_handover", "mptcp_handover"),
+             ("p3_handover", "case1_wlan_to_imt_profile")}
 
 PAPER_FIGURE_KEYS = {"title", "source", "specs", "metric", "unit", "key", "values", "claim",
                      "approximate", "notes", "labels", "window_s", "ideal_mbps", "extra"}

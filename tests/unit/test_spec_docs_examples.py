@@ -52,3 +52,27 @@ def test_the_shaping_pages_tc_commands_are_the_dry_runs(tmp_path: Path) -> None:
     shell = dry_run_commands(plan_runs(spec)[0], tmp_path / "run").transcript.as_shell()
     lines = commands.group(1).strip().splitlines()
     assert len(lines) == 2 and all(line in shell for line in lines)
+
+
+def test_the_spec_pages_profile_examples_load_and_its_table_is_the_profile(
+        tmp_path: Path) -> None:
+    from testbed.plan.transport import TransportSettings
+    from testbed.spec.profile import TCP_2006
+
+    (one,) = [b for b in _blocks("spec.md", "toml") if 'profile = "tcp-2006"' in b]
+    (swept,) = [b for b in _blocks("spec.md", "toml") if '"transport.profile"' in b]
+    head = ('name = "doc"\nduration = "5s"\n[topology]\nkind = "multipath"\n'
+            'paths = [{ name = "a", bw = "10Mbit" }]\n' + WORKLOAD)
+    spec = tmp_path / "spec.toml"
+    spec.write_text(head + one)
+    ts = TransportSettings.from_spec(plan_runs(spec)[0].spec.transport)
+    assert ts.cc == "reno" and ts.sysctl["net.ipv4.tcp_sack"] == "1"
+    assert ts.sysctl["net.ipv4.tcp_frto"] == "0"
+    spec.write_text(head + swept)
+    assert [r.spec.transport.profile for r in plan_runs(spec)] == ["linux", "tcp-2006"]
+    # the page's table of settings is the profile's
+    text = (DOCS / "spec.md").read_text()
+    section = text[text.index("### Transport profiles"):text.index("## `[[workload]]`")]
+    rows = dict(re.findall(r"^\| (?:route )?`([\w.]+)` \| `([\w-]+)` \|", section, re.M))
+    assert rows == {"cc": TCP_2006.cc, **TCP_2006.sysctl_values(),
+                    **TCP_2006.route_values()}
