@@ -347,7 +347,7 @@ def test_p3_handover_schemes(studies_out: Path) -> None:
     outage: with Immediate Expiration the sender's first retransmission after the link is
     back (its capture) comes within 50 ms + one RTT of the new path, its program logged
     the restart as immediate (not a later timer expiry) and its cwnd samples show the
-    restart (a window of at most 2 segments); with Bandwidth-Aware the logged ssthresh
+    restart (a window of at most 4 segments); with Bandwidth-Aware the logged ssthresh
     is max(2, acked x RTT / (lag x MSS)) of its logged inputs and lies within a factor 2
     of the new path's bandwidth-delay product.  TCP/mm's wait is printed (it waits for its
     backed-off timer)."""
@@ -378,7 +378,9 @@ def test_p3_handover_schemes(studies_out: Path) -> None:
         assert first is not None and first - t_up <= 0.050 + rtt, (run.name, first, t_up)
         recs = restarts(run)
         assert recs and recs[0]["path"] in ("open", "loss"), recs
-        assert min(cwnd_after(run, t_up, first + 1.0), default=99) <= 2, run.name
+        # restarted from one segment: within its first two round trips (the sampler takes
+        # a sample every ~0.25 s in the CI VM) the window is at most 4
+        assert min(cwnd_after(run, t_up, first + 1.0), default=99) <= 4, run.name
     for run in by["bandwidth-aware"]:
         _rtt, bdp = new_path_rtt_bdp(run)
         (rec,) = [r for r in restarts(run) if r["gen"] == 1]
