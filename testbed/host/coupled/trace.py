@@ -12,10 +12,10 @@ acknowledged between the two last losses and since the last; wVegas: base RTT), 
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from testbed.core.errors import InputError
+from testbed.host.bpfdump import written_values
 
 KINDS = {1: "increase", 2: "ssthresh", 3: "round"}
 FIELDS = ("seq", "kind", "self", "acked", "in_ss", "cwnd", "rtt_us", "aux", "aux2", "out")
@@ -27,18 +27,8 @@ def parse_dump(text: str, cc: str) -> list[dict[str, Any]]:
     text: ``bpftool [-j] map dump id N`` output; cc: the control's name (added to each).
     Raises `InputError` when the text is not such a dump.
     """
-    try:
-        rows = json.loads(text)
-        if not isinstance(rows, list):
-            raise TypeError("expected a list of entries")
-        # with BTF, ``-j`` gives raw bytes plus the typed view under "formatted"
-        values = [r.get("formatted", r)["value"] for r in rows]
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise InputError(f"not a bpftool dump of a trace map: {exc}") from exc
     out = []
-    for v in values:
-        if not isinstance(v, dict) or not v.get("seq"):
-            continue
+    for v in written_values(text, "trace"):
         rec = {k: v[k] for k in FIELDS if k in v}
         if set(rec) != set(FIELDS):
             raise InputError(f"trace record without {sorted(set(FIELDS) - set(rec))}")

@@ -21,11 +21,11 @@ max(2, acked x rtt / (lag x mss))).  For
 from __future__ import annotations
 
 import ipaddress
-import json
 import time
 from typing import Any
 
 from testbed.core.errors import InputError
+from testbed.host.bpfdump import written_values
 
 SCHEMES = {1: "immediate-expiration", 2: "bandwidth-aware"}
 PATHS = {1: "open", 2: "loss", 3: "none", 4: "timer"}
@@ -54,17 +54,8 @@ def parse_handover_dump(text: str, cc: str, offset: float) -> list[dict[str, Any
     text: the dump; cc: the control's name; offset: `wall_minus_mono` when the programs
     ran (converts their CLOCK_MONOTONIC times).  Raises `InputError` for other text.
     """
-    try:
-        rows = json.loads(text)
-        if not isinstance(rows, list):
-            raise TypeError("expected a list of entries")
-        values = [r.get("formatted", r)["value"] for r in rows]
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise InputError(f"not a bpftool dump of a ho_log map: {exc}") from exc
     out = []
-    for v in values:
-        if not isinstance(v, dict) or not v.get("seq"):
-            continue
+    for v in written_values(text, "ho_log"):
         try:
             k = v["key"]
             rec: dict[str, Any] = {
