@@ -45,7 +45,7 @@ def _paths(out: Path) -> StudyFigure:
     ts, flows = run_table(out / "paths", "timeseries"), run_table(out / "paths", "flows")
     fig, (left, right) = axes("Fig. 2: TCP per path vs MPTCP over both (paths)", XLABEL,
                               YLABEL, ncols=2)
-    names = sorted(top_flows(out / "paths")["workload"].unique()) if len(flows) else []
+    names = sorted(top_flows(out / "paths")["workload"].dropna().unique()) if len(flows) else []
     for w in names:
         rate_stairs(left, workload_series(ts, flows, [w]), w, scale=SCALE, lw=1.3)
     left.set_title("each workload (mean over its runs)", fontsize=9)
