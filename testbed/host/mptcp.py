@@ -49,8 +49,9 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from testbed.core.commands import CommandRunner
@@ -288,6 +289,30 @@ def _read(runner: CommandRunner, host: Namespaced, argv: list[str]) -> str:
     return runner.run(argv, host=host, record=False, check=False).stdout
 
 
+# A link taken down (a schedule's outage) drops the carrier of the hosts' interfaces on
+# it, and by default Linux (>= 5.16) then forgets the neighbours on that interface: the
+# first packet after the outage waits for ARP, whose retry timer (1 s) started during the
+# outage.  `transport.keep_neighbours = true` keeps them (P3's specs: ns-2 has no ARP);
+# the default is the kernel's, because on a kept network the previous run's orphaned
+# connections then resume at the start of the next run (seen in P0's outage runs on
+# 2026-11-27 when every run kept them; docs/fidelity.md, section 2b).
+NEIGHBOUR_SYSCTLS = ("net.ipv4.conf.all.arp_evict_nocarrier",
+                     "net.ipv6.conf.all.ndisc_evict_nocarrier")
+
+
+def _have_sysctl(key: str) -> bool:
+    return Path("/proc/sys", *key.split(".")).exists()
+
+
+def neighbour_sysctls(keep: bool, have: Callable[[str], bool] = _have_sysctl
+                      ) -> dict[str, int]:
+    """Whether a carrier loss forgets the neighbours: kept (0) or forgotten (1, the
+    kernel's default); written every run so a kept network never carries one run's
+    choice into the next.  have: whether the kernel has a key (they came with 5.16 and
+    5.18; an older kernel keeps neighbours anyway)."""
+    return {k: 0 if keep else 1 for k in NEIGHBOUR_SYSCTLS if have(k)}
+
+
 def configure_host(runner: CommandRunner, host: Namespaced, ts: TransportSettings,
                    interfaces: Sequence[HostInterface], role: str = "client",
                    peer_multihomed: bool = False, primary: str | None = None
@@ -301,7 +326,8 @@ def configure_host(runner: CommandRunner, host: Namespaced, ts: TransportSetting
     """
     applied: dict[str, Any] = {"host": host.name, "role": role, "protocol": ts.protocol}
     applied["sysctl"] = apply_tcp(runner, host, cc=ts.cc, rmem=ts.rmem, wmem=ts.wmem,
-                                  extra=ts.sysctl)
+                                  extra={**neighbour_sysctls(ts.keep_neighbours),
+                                         **ts.sysctl})
     if ts.protocol == "mptcp":
         _configure_mptcp(runner, host, ts, interfaces, role, peer_multihomed, primary,
                          applied)

@@ -93,21 +93,6 @@ def offloads_off(runner: CommandRunner, hosts: Sequence[MnNode]) -> None:
     in_parallel(one_host, list(hosts))
 
 
-# A link taken down (a schedule's outage) drops the carrier of the hosts' interfaces on
-# it, and by default Linux (>= 5.16) then forgets the neighbours on that interface: the
-# first packet after the outage waits for ARP, whose retry timer (1 s) had started during
-# the outage.  A medium that comes back keeps its neighbours here (docs/fidelity.md).
-KEEP_NEIGHBOURS = {"net.ipv4.conf.all.arp_evict_nocarrier": 0,
-                   "net.ipv6.conf.all.ndisc_evict_nocarrier": 0}
-
-
-def keep_neighbours(runner: CommandRunner, hosts: Sequence[MnNode]) -> None:
-    """Neighbour entries survive a carrier loss in every host's namespace
-    (`KEEP_NEIGHBOURS`; kernels before 5.16 lack the keys and keep them anyway)."""
-    argv = ["sysctl", "-q", "-e", "-w", *(f"{k}={v}" for k, v in KEEP_NEIGHBOURS.items())]
-    in_parallel(lambda h: runner.run(argv, host=h, check=False), list(hosts))
-
-
 def steer_flows(runner: CommandRunner, interfaces: dict[str, list[str]], mask: str,
                 node: NodeLookup) -> None:
     """Receive packet steering on every interface of this network (one program

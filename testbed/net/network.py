@@ -191,7 +191,6 @@ class Network:
     def _configure(self) -> None:
         if not self.offloads:
             bringup.offloads_off(self.runner, self._mn.hosts)
-        bringup.keep_neighbours(self.runner, self._mn.hosts)
         if self.rps:
             self.rps_mask = cpu_mask(online_cpus())
             bringup.steer_flows(self.runner, self.namespace_interfaces(), self.rps_mask,

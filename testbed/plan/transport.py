@@ -37,6 +37,7 @@ class TransportSettings:
     scheduler: str | None = None
     sysctl: Mapping[str, Any] = field(default_factory=dict)
     profile: str = DEFAULT_PROFILE
+    keep_neighbours: bool = False
 
     @property
     def profile_settings(self) -> TransportProfile:
@@ -58,6 +59,7 @@ class TransportSettings:
                  rmem=transport.rmem, wmem=transport.wmem, subflows=transport.subflows,
                  subflows_per_path=transport.subflows_per_path,
                  scheduler=transport.scheduler, profile=transport.profile,
+                 keep_neighbours=transport.keep_neighbours,
                  sysctl=profile_sysctls(profile_named(transport.profile),
                                         transport.sysctl))
         ts.check()

@@ -305,6 +305,7 @@ class Transport(SpecModel):
     scheduler: CCName | None = None
     sysctl: dict[str, str | int] = Field(default_factory=dict)
     handover: Literal["none", "immediate-expiration", "bandwidth-aware"] = "none"
+    keep_neighbours: bool = False
 
     def kernel_cc(self) -> str:
         """The congestion control the hosts run: ``cc``, or the BPF NewReno variant of a

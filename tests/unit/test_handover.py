@@ -177,3 +177,16 @@ def test_the_log_gives_each_hand_off_with_its_estimate() -> None:
     assert ie["scheme"] == "immediate-expiration" and "bw_bps" not in ie
     with pytest.raises(InputError):
         parse_handover_dump("{}", "reno_ie", 0.0)
+
+
+def test_keep_neighbours_is_written_every_run_either_way() -> None:
+    from testbed.host.mptcp import neighbour_sysctls
+
+    def every(key: str) -> bool:
+        return True
+
+    assert set(neighbour_sysctls(True, every).values()) == {0}
+    assert set(neighbour_sysctls(False, every).values()) == {1}   # the kernel's default
+    assert set(neighbour_sysctls(True, every)) == {
+        "net.ipv4.conf.all.arp_evict_nocarrier", "net.ipv6.conf.all.ndisc_evict_nocarrier"}
+    assert neighbour_sysctls(True, lambda key: False) == {}   # before 5.16: nothing to set

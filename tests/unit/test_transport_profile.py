@@ -10,7 +10,7 @@ import pytest
 
 from testbed.core.commands import Result
 from testbed.core.errors import InputError, SpecError
-from testbed.host.mptcp import HostInterface, configure_host, profile_record
+from testbed.host.mptcp import HostInterface, configure_host, neighbour_sysctls, profile_record
 from testbed.host.transport import (
     ROUTES_ARGV,
     apply_route_metrics,
@@ -235,7 +235,9 @@ def test_configure_host_applies_the_profile_everywhere_and_records_it() -> None:
     (write,) = [a for a in k.calls if a[:3] == ["sysctl", "-q", "-w"]
                 and "net.ipv4.tcp_sack=0" in a]
     assert set(write[3:]) == {"net.ipv4.tcp_congestion_control=reno",
-                              *(f"{key}={v}" for key, v in TCP_2006_SYSCTLS.items())}
+                              *(f"{key}={v}" for key, v in TCP_2006_SYSCTLS.items()),
+                              # the kernel's default, written every run
+                              *(f"{key}=1" for key in neighbour_sysctls(False))}
     assert applied["profile"]["name"] == "tcp-2006"
     assert len(applied["routes"]) == 2
     linux = configure_host(FakeKernel(), Host(), TransportSettings(cc="reno"),
