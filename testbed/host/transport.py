@@ -54,6 +54,7 @@ from testbed.core.errors import CommandError, InputError, UnsupportedError
 from testbed.core.transcript import Namespaced
 from testbed.machine.bpf_support import coupled_problems
 from testbed.spec.model import BPF_CCS
+from testbed.spec.profile import without_route_metrics
 from testbed.spec.sysctl import check_sysctls
 
 AVAILABLE_CC = "net.ipv4.tcp_available_congestion_control"
@@ -242,15 +243,7 @@ def parse_routes(text: str) -> list[list[str]]:
 def without_metrics(route: list[str], metrics: Iterable[str] = ROUTE_METRICS) -> list[str]:
     """route's words without the given metrics and their values (``advmss 1000``,
     ``initcwnd lock 2``)."""
-    names = set(metrics)
-    out, i = [], 0
-    while i < len(route):
-        if route[i] in names:
-            i += 2 + (i + 1 < len(route) and route[i + 1] == "lock")
-            continue
-        out.append(route[i])
-        i += 1
-    return out
+    return without_route_metrics(route, metrics)
 
 
 def route_metric_argvs(routes: list[list[str]], metrics: Mapping[str, str]

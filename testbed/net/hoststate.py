@@ -35,6 +35,7 @@ from testbed.core.batch import batch_text
 from testbed.core.commands import CommandRunner, in_parallel
 from testbed.core.errors import RunError
 from testbed.core.transcript import Namespaced
+from testbed.spec.profile import without_route_metrics
 
 SYSCTL_PATTERN = r"^net\.(ipv4\.tcp_|mptcp\.|core\.(r|w)mem|ipv4\.conf\.all\.rp_filter)"
 # where those live under /proc/sys (reading only them: `sysctl -a` reads every sysctl,
@@ -189,15 +190,7 @@ def restore_commands(base: HostState, now: HostState) -> list[list[str]]:
 def _route_key(route: str) -> tuple[str, ...]:
     """A route's words without its metrics (``advmss 1000``, ``initcwnd lock 2``): two
     routes with one key are one route whose metrics changed."""
-    words = route.split()
-    out, i = [], 0
-    while i < len(words):
-        if words[i] in ROUTE_METRIC_WORDS:
-            i += 2 + (i + 1 < len(words) and words[i + 1] == "lock")
-            continue
-        out.append(words[i])
-        i += 1
-    return tuple(out)
+    return tuple(without_route_metrics(route.split(), ROUTE_METRIC_WORDS))
 
 
 def differences(base: HostState, now: HostState) -> list[str]:

@@ -186,7 +186,7 @@ def _handover_notifier(plan: NetworkPlan, net: Any, runner: CommandRunner,
 
     senders = [net.host(h) for h in flow_sender_hosts(plan.flows)]
     return HandoverNotifier(runner, senders, map_ids(runner, exp.transport.kernel_cc()),
-                            bundle.samples_dir).__enter__()
+                            bundle.samples_dir).start()
 
 
 def _handover_done(handover: Any, net: Any, runner: CommandRunner) -> dict[str, Any]:

@@ -20,6 +20,7 @@ an outage still has data in flight, so it is not idle in that sense.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -116,3 +117,17 @@ PROFILE_NAMES = tuple(PROFILES)
 def profile_named(name: str) -> TransportProfile:
     """The profile called name (a validated ``transport.profile``); KeyError otherwise."""
     return PROFILES[name]
+
+
+def without_route_metrics(route: Sequence[str], metrics: Iterable[str]) -> list[str]:
+    """An ``ip route`` line's words without the given metrics and their values
+    (``advmss 1000``, ``initcwnd lock 2``)."""
+    names = set(metrics)
+    out, i = [], 0
+    while i < len(route):
+        if route[i] in names:
+            i += 2 + (i + 1 < len(route) and route[i + 1] == "lock")
+            continue
+        out.append(route[i])
+        i += 1
+    return out

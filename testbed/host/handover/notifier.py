@@ -119,6 +119,10 @@ class HandoverNotifier:
         self._agents: list[_Agent] = []
 
     def __enter__(self) -> HandoverNotifier:
+        return self.start()
+
+    def start(self) -> HandoverNotifier:
+        """Open the maps and start the agents (all closed again if one fails)."""
         try:
             for name in ("ho_signal", "ho_socks"):
                 if name not in self.map_ids:
