@@ -232,6 +232,10 @@ class Network:
     def _in_namespace(self) -> set[str]:
         return {h.name for h in self.mn.hosts if h.inNamespace} if self.mn else set()
 
+    def namespaces(self) -> list[str]:
+        """The nodes with a network namespace of their own (hosts and routers), sorted."""
+        return sorted(self._in_namespace())
+
     def namespace_interfaces(self) -> dict[str, list[str]]:
         """The interfaces this network's links made, by the node whose namespace holds
         them ("" for the root namespace: switch ports), in the topology's order."""

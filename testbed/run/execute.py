@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from testbed.host.traffic.flows import FlowRun
     from testbed.host.traffic.ping import PingRun
     from testbed.net.network import Network
+    from testbed.plan.transport import TransportSettings
 
 Phase = Callable[[str], None]
 POLL_S = 0.1
@@ -175,6 +176,24 @@ def execute_run(run: RunPlan, bundle: Bundle, meta: dict[str, Any], phase: Phase
     return headline
 
 
+def _neighbour_settings(runner: CommandRunner, net: Network, hosts: list[str],
+                        ts: TransportSettings) -> dict[str, dict[str, int]]:
+    """Write `neighbour_sysctls` in every namespace of the network that is not one of
+    the hosts (their transport settings carry it); returns what was written, by node."""
+    from testbed.host.mptcp import neighbour_sysctls
+
+    values = neighbour_sysctls(ts.keep_neighbours)
+    others = [n for n in net.namespaces() if n not in hosts]
+    if not values or not others:
+        return {}
+
+    def write(name: str) -> None:
+        runner.run(["sysctl", "-q", "-w", *(f"{k}={v}" for k, v in values.items())],
+                   host=net.node(name))
+    in_parallel(write, others)
+    return {n: dict(values) for n in others}
+
+
 def _handover_notifier(plan: NetworkPlan, net: Any, runner: CommandRunner,
                        bundle: Bundle) -> Any:
     """The started `HandoverNotifier` of a run with a hand-over scheme (else None)."""
@@ -241,6 +260,10 @@ def _run_network(plan: NetworkPlan, bundle: Bundle, meta: dict[str, Any],
 
         # each host is its own namespace: a few at a time (a fat-tree has 16)
         meta["transport"] = dict(zip(hosts, in_parallel(configure, hosts), strict=True))
+        # routers lose the carrier of a link taken down as the hosts do: they keep or
+        # forget their neighbours as the hosts do (else the first packet after an
+        # outage waits for the router's ARP, a round trip of the new path)
+        meta["neighbours"] = _neighbour_settings(runner, net, hosts, plan.transport)
         # ready before the clock starts: neighbours and switch flows warm (`readiness`)
         meta["readiness"] = warm_up(runner, net, warm_targets(
             flows, plan.pings, plan.path_addrs, plan.addr_of.get("server")))

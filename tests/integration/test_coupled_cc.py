@@ -205,7 +205,7 @@ def test_interrupted_handover_run_unloads(tmp_path: Path) -> None:
 
 def test_killed_run_is_released_when_the_sweep_resumes(tmp_path: Path) -> None:
     runner = CommandRunner()
-    spec, out, log = spec_file(tmp_path, "balia", "20s"), tmp_path / "out", tmp_path / "a.log"
+    spec, out, log = spec_file(tmp_path, "balia", "10s"), tmp_path / "out", tmp_path / "a.log"
     proc = start_run(spec, out, log)
     try:
         in_traffic(proc, "balia", log)
@@ -229,7 +229,7 @@ def test_killed_run_is_released_when_the_sweep_resumes(tmp_path: Path) -> None:
     # so no socket can choose them; what holds the last reference is not found yet -- issue
     # 17's closing note).  After Ctrl-C or an error they are freed at once (above).
     t0 = time.monotonic()
-    left = settled(runner, timeout=20)
+    left = settled(runner, timeout=10)
     print(f"\nFIGURES coupled CC after SIGKILL: struct_ops {old_id} unregistered by the "
           f"resumed run; {'freed' if not left else 'still in memory'} "
           f"{time.monotonic() - t0:.1f} s after it ended: {left}")

@@ -362,6 +362,12 @@ def test_p3_handover_schemes(studies_out: Path) -> None:
 
     by = scheme_runs(studies_out / "p3_handover-quick" / "case1_wlan_to_imt")
     assert set(by) == {"none", "immediate-expiration", "bandwidth-aware"}, by
+    # the router keeps its neighbours over the outage as the hosts do (else the first
+    # packet towards the client waits for its ARP: docs/fidelity.md, section 2b)
+    for runs in by.values():
+        for run in runs:
+            meta = json.loads((run / "metadata.json").read_text())
+            assert set(meta["neighbours"]["router"].values()) == {0}, run.name
     waits: dict[str, list[float | None]] = {}
     for scheme, runs in by.items():
         for run in runs:

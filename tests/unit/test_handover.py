@@ -151,7 +151,7 @@ def test_the_agent_sends_only_for_its_own_addresses() -> None:
 
 def _rec(**kw: int) -> dict[str, Any]:
     base = {"seq": 1, "gen": 1, "t_signal_ns": 10**9, "t_restart_ns": 10**9,
-            "t_done_ns": 2 * 10**9,
+            "t_done_ns": 2 * 10**9, "t_seen_ns": 10**9 + 145 * 10**6, "una_seen": 7,
             "key": {"saddr": int.from_bytes(bytes([10, 0, 1, 1]), "little"),
                     "daddr": int.from_bytes(bytes([10, 0, 100, 1]), "little"),
                     "sport": int.from_bytes((43464).to_bytes(2, "big"), "little"),
@@ -172,6 +172,7 @@ def test_the_log_gives_each_hand_off_with_its_estimate() -> None:
     assert (r["scheme"], r["path"], r["ssthresh"]) == ("bandwidth-aware", "loss", 5)
     assert r["bw_bps"] == round(1448 * 8 / 0.03)   # one segment per 30 ms: 386 kbit/s
     assert r["t_signal"] == 101.0 and r["t_done"] == 102.0
+    assert r["t_seen"] == 101.145 and r["una_seen"] == 7
     ie = parse_handover_dump(json.dumps([{"key": 0, "value": _rec(scheme=1, path=1)}]),
                              "reno_ie", 0.0)[0]
     assert ie["scheme"] == "immediate-expiration" and "bw_bps" not in ie

@@ -9,8 +9,10 @@ already; ``none``: the signal met an ACK outside loss recovery and no restart ha
 ``timer``: in loss recovery the retransmission timer fired again before the restart,
 i.e. the notification had no effect),
 the socket (``src``, ``sport``, ``dst``, ``dport``), ``cwnd_before``,
-``ssthresh_before``, ``mss``, the times ``t_signal``, ``t_restart`` and ``t_done``
-(seconds since the epoch, like the captures; ``t_done``: when the estimate was applied),
+``ssthresh_before``, ``mss``, the times ``t_signal``, ``t_restart``, ``t_seen`` and
+``t_done`` (seconds since the epoch, like the captures; ``t_seen``: when the program met
+the signal, at an ACK or a state change; ``t_done``: when the estimate was applied),
+``una_seen`` (the socket's oldest unacknowledged byte then, before that ACK),
 and for ``bandwidth-aware`` the estimate: ``rtt_us`` (restart -> first ACK), ``lag_us``
 between the pair of ACKs, see ``bpf/handover.h``), ``acked`` (bytes the pair's second
 ACK acknowledged), ``bw_bps`` (acked x 8 / lag) and ``ssthresh`` (segments:
@@ -68,7 +70,9 @@ def parse_handover_dump(text: str, cc: str, offset: float) -> list[dict[str, Any
                 "ssthresh_before": int(v["ssthresh_before"]), "mss": int(v["mss"]),
                 "t_signal": _wall(int(v["t_signal_ns"]), offset),
                 "t_restart": _wall(int(v["t_restart_ns"]), offset),
+                "t_seen": _wall(int(v["t_seen_ns"]), offset),
                 "t_done": _wall(int(v["t_done_ns"]), offset),
+                "una_seen": int(v["una_seen"]),
                 "ssthresh": int(v["ssthresh"]),
             }
             if rec["scheme"] == "bandwidth-aware":

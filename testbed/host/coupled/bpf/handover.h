@@ -107,6 +107,7 @@ struct ho_rec {
 	__u64 t_signal_ns;
 	__u64 t_restart_ns;
 	__u64 t_done_ns; /* reno_bwa: when ssthresh was set (0: not yet) */
+	__u64 t_seen_ns; /* when the program acted on the signal (an ACK or a state change) */
 	struct ho_key key;
 	__u32 scheme;    /* SCHEME_* */
 	__u32 path;      /* PATH_* */
@@ -118,6 +119,8 @@ struct ho_rec {
 	__u32 lag_us;    /* reno_bwa: 2nd -> 3rd ACK */
 	__u32 acked;     /* reno_bwa: bytes the pair's second ACK acknowledged */
 	__u32 ssthresh;  /* the ssthresh set (reno_ie: at the restart) */
+	__u32 una_seen;  /* snd_una before the ACK that met the signal (reno_bwa's start) */
+	__u32 pad;
 };
 
 struct {
@@ -143,6 +146,7 @@ struct ho_priv {
 	__u32 phase;     /* PHASE_* */
 	__u32 rtt_us;
 	__u32 una;       /* reno_bwa: snd_una the estimate last saw */
+	__u32 nxt;       /* reno_bwa: snd_nxt when the pair's first ACK came */
 	__u32 last_una;  /* snd_una after the previous ACK */
 	__u32 restarted; /* 1 from a restart until the socket is back in Open */
 };
@@ -150,6 +154,11 @@ struct ho_priv {
 static __always_inline bool before(__u32 seq1, __u32 seq2)
 {
 	return (__s32)(seq1 - seq2) < 0;
+}
+
+static __always_inline bool after(__u32 seq1, __u32 seq2)
+{
+	return before(seq2, seq1);
 }
 
 static __always_inline struct tcp_sock *tcp_sk(const struct sock *sk)
@@ -224,6 +233,8 @@ static __always_inline __u64 log_restart(struct sock *sk, struct ho_signal *sig,
 	r->gen = sig->gen;
 	r->t_signal_ns = sig->t_ns;
 	r->t_restart_ns = priv_of(sk)->t_restart_ns;
+	r->t_seen_ns = bpf_ktime_get_ns();
+	r->una_seen = tp->snd_una;
 	key_of(sk, &r->key);
 	r->scheme = scheme;
 	r->path = path;
@@ -309,8 +320,10 @@ static __always_inline void ho_set_state(struct sock *sk, __u8 new_state, __u32 
  * retransmission that fills a hole acknowledges everything the receiver held beyond it,
  * and the restart leaves the head segment split in two (its tail is 8 bytes long) --
  * and an ACK of that kind between the two breaks the pair (the next pair ACK starts it
- * again), as does a second ACK half an RTT or more after the first (the two were not
- * sent in one burst).  lag = time between the pair; acked = bytes the second acknowledged; then
+ * again), as does a second ACK half an RTT or more after the first, or one that
+ * acknowledges data sent after the first ACK came (the two segments were not in the
+ * bottleneck's queue together).  lag = time between the pair; acked = bytes the second
+ * acknowledged; then
  * ssthresh = max(2, acked x RTT / (lag x MSS)) segments, i.e. BW x RTT / packet size
  * with BW = acked / lag.
  */
@@ -342,14 +355,18 @@ static __always_inline void bwa_ack(struct sock *sk)
 	}
 	if (p->phase == PHASE_ACK2) {
 		p->t_ack_ns = now;
+		p->nxt = tp->snd_nxt;
 		p->phase = PHASE_ACK3;
 		return;
 	}
 	lag = (__u32)((now - p->t_ack_ns) / 1000);
-	if (lag == 0 || 2 * lag > p->rtt_us) {
-		/* together: no spacing to read; half an RTT or more apart: not one burst's
-		 * (loss recovery may send a lone segment first) -- this one starts the pair */
+	if (lag == 0 || 2 * lag > p->rtt_us || after(tp->snd_una, p->nxt)) {
+		/* together: no spacing to read; half an RTT or more apart, or this ACK
+		 * acknowledges data sent after the first one came (loss recovery may send a
+		 * lone segment first; the next flight is an RTT later): not one burst's
+		 * spacing at the bottleneck -- this one starts the pair */
 		p->t_ack_ns = now;
+		p->nxt = tp->snd_nxt;
 		return;
 	}
 	ss = (__u64)acked * p->rtt_us / ((__u64)lag * mss);
@@ -376,12 +393,16 @@ static __always_inline void ho_in_ack(struct sock *sk, __u32 scheme)
 	__u8 state = ((struct inet_connection_sock *)sk)->icsk_ca_state;
 
 	struct ho_priv *p = priv_of(sk);
+	struct ho_rec *r;
 
 	if (sig && sig->gen != p->gen_seen) {
 		ho_restart(sk, sig, scheme, state == TCP_CA_Loss ? PATH_LOSS : PATH_NONE,
 			   sig->t_ns);
 		/* this ACK already moved snd_una: it is the restart's first ACK */
 		p->una = p->last_una;
+		r = log_slot(p->rec_seq);
+		if (r)
+			r->una_seen = p->una;
 	}
 	if (scheme == SCHEME_BWA)
 		bwa_ack(sk);
