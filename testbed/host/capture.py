@@ -222,8 +222,9 @@ def drain(caps: list[Capture], limit: float = DRAIN_LIMIT_S,
     progress = time.time()
     while pending:
         still = []
-        for c in pending:
-            n = c.counts()
+        # every tcpdump asked at once: each answer takes a wake-up of its own
+        answers = in_parallel(lambda c: c.counts(), pending, workers=len(pending))
+        for c, n in zip(pending, answers, strict=True):
             left = None if n is None else c.unwritten(n)
             if left is None:
                 if c.proc is not None and c.proc.running():

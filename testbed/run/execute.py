@@ -4,12 +4,15 @@ Order (every step through one `CommandRunner`, whose transcript goes into the bu
 
     preflight   host facts (kernel, versions, git), the plan (`testbed.plan.netplan`:
                 names checked against the topology), congestion controls loaded
-    set-up      Network (+ controller) up, transport on every host, captures listening,
-                samplers running, flow-tool servers listening
-    traffic     t0 = the moment the servers listen; flows, pings and schedule events run
+    set-up      Network (+ controller) up, transport on every host, flow tools starting
+                (Python is slow to start under emulation, so they start first and are
+                waited for last), captures listening, samplers running, flow-tool
+                servers listening and clients ready, CPUs quiet
+    traffic     t0 = the moment all that is so; flows, pings and schedule events run
                 at t0 + their offsets on the time.time() clock; the run lasts `duration`
                 (or until every finite workload is done, with ``stop_when_done``)
-    teardown    workloads, samplers and captures stopped; tc/OVS/sysctl dumps; Network down
+    teardown    workloads and samplers stopped, then captures (tc/OVS/sysctl dumps taken
+                meanwhile); Network down or kept
     analysis    `analysis.bundle.analyze_bundle` fills metrics/ and gives the headline
                 (or, with analyze=False, later on the host:
                 `testbed.run.sweep.finish_deferred`)
@@ -24,6 +27,8 @@ import json
 import math
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -194,6 +199,15 @@ def _neighbour_settings(runner: CommandRunner, net: Network, hosts: list[str],
     return {n: dict(values) for n in others}
 
 
+def _in_background(fn: Callable[[], Any]) -> Future[Any]:
+    """fn started on a thread of its own; its `Future` gives what it returned or raised."""
+    pool = ThreadPoolExecutor(max_workers=1)
+    try:
+        return pool.submit(fn)
+    finally:
+        pool.shutdown(wait=False)  # the submitted call still runs to its end
+
+
 def _handover_notifier(plan: NetworkPlan, net: Any, runner: CommandRunner,
                        bundle: Bundle) -> Any:
     """The started `HandoverNotifier` of a run with a hand-over scheme (else None)."""
@@ -212,8 +226,8 @@ def _handover_done(handover: Any, net: Any, runner: CommandRunner) -> dict[str, 
     """What metadata keeps of the notifications; and forget the path MTUs the restart
     ICMPs lowered, so that a later run on this network starts with full-size segments
     (``net.ipv4.route.flush`` drops the namespace's cached route exceptions)."""
-    for host in handover.hosts:
-        runner.run(["ip", "route", "flush", "cache"], host=host, check=False)
+    in_parallel(lambda host: runner.run(["ip", "route", "flush", "cache"], host=host,
+                                        check=False), list(handover.hosts))
     return {"notifications": len(handover.records),
             "sockets_signalled": sum(len(r["sockets"]) for r in handover.records),
             "errors": [e for r in handover.records for e in r["errors"].values()]}
@@ -278,7 +292,12 @@ def _run_network(plan: NetworkPlan, bundle: Bundle, meta: dict[str, Any],
         monitor: Monitor | None = None
         lost_before: int | None = None
         drops_before: dict[str, int] | None = None
+        traffic_over = False
         try:
+            # the flow tools first, without waiting: Python takes seconds to start under
+            # emulation, which the steps below overlap; a client waits for `release`
+            if flow_run is not None:
+                flow_run.spawn()
             captures.start()
             if exp.sampler.enabled:
                 for h in exp.sampler.hosts or flow_sender_hosts(flows):
@@ -287,13 +306,15 @@ def _run_network(plan: NetworkPlan, bundle: Bundle, meta: dict[str, Any],
                     s.start()
                     samplers.append(s)
             net.prepare_schedule(plan.events)  # slow under emulation: before t0 is fixed
+            lost_before = dp_lost(runner, net)  # no packets from here to t0
+            drops_before = qdisc_drops(runner)
+            if flow_run is not None:
+                flow_run.wait_ready()     # servers listening, clients waiting for t0
             if not recording(runner):
                 meta["readiness"].update(wait_quiet())  # ... and so is everything above
-            lost_before = dp_lost(runner, net)
-            drops_before = qdisc_drops(runner)
             monitor = Monitor(net.monitor_links()).start()
             if flow_run is not None:
-                flow_run.start()          # servers listening, then clients wait for t0
+                flow_run.release()
                 t0 = float(flow_run.t0)
             else:
                 t0 = time.time()
@@ -313,6 +334,7 @@ def _run_network(plan: NetworkPlan, bundle: Bundle, meta: dict[str, Any],
                 meta["disk_full"] = disk.stopped
             meta["t_traffic_end"] = time.time()
             tl.enter("teardown")
+            traffic_over = True
         finally:
             raw = monitor.stop() if monitor is not None else None
             if raw is not None:
@@ -334,10 +356,22 @@ def _run_network(plan: NetworkPlan, bundle: Bundle, meta: dict[str, Any],
             if flow_run is not None:
                 stopping.append(flow_run.stop)  # clients, then servers
             stopping += [pr.stop for _start, pr in ping_runs if pr.proc is not None]
+            dumped: Future[dict[str, Any]] | None = None
             try:
                 results = in_parallel(lambda stop: stop(), stopping, workers=len(stopping))
+            except BaseException:
+                traffic_over = False
+                raise
             finally:
-                meta["captures"] = captures.stop()
+                if traffic_over:  # every workload has stopped: the dumps (sysctls, qdisc
+                    # and OpenFlow counters) read nothing that stopping tcpdump changes
+                    dumped = _in_background(lambda: node_dumps(
+                        runner, net, hosts, bundle.logs_dir, openflow=controller is not None))
+                try:
+                    meta["captures"] = captures.stop()
+                finally:
+                    if dumped is not None:
+                        wait_futures([dumped])
                 if handover is not None:
                     handover.close()
                     meta["handover"] = _handover_done(handover, net, runner)
@@ -347,8 +381,8 @@ def _run_network(plan: NetworkPlan, bundle: Bundle, meta: dict[str, Any],
             for _start, pr in ping_runs:
                 if pr.proc is not None:
                     pr.collect()
-        meta.update(node_dumps(runner, net, hosts, bundle.logs_dir,
-                               openflow=controller is not None))
+        if dumped is not None:
+            meta.update(dumped.result())
         if controller is not None:
             meta["controller"] = {"kind": exp.controller_kind(), **controller.describe()}
         ok = True

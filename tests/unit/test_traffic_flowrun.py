@@ -59,3 +59,26 @@ def test_flowrun_collects_one_record_per_flow(tmp_path: Path) -> None:
     assert sum(r["bytes"] for r in srv if r["event"] == "flow") == 200_000
     assert [r["packets"] for r in srv if r["event"] == "udp"] == [recs["cbr-0"]["packets"]]
     assert not runner.running()
+
+
+def test_spawned_clients_wait_for_release(tmp_path: Path) -> None:
+    """`spawn` returns at once; after `wait_ready` every server listens and every client
+    is ready, and nothing is sent before `release`."""
+    runner = LocalRunner()
+    flows = resolve_flows(patterns.one_to_one("one", "a", "b", size=20_000), {"b": "127.0.0.1"})
+    fr = FlowRun(runner, {n: Host(n) for n in "ab"}, flows, tmp_path / "samples",
+                 tmp_path / "logs", base_port=free_port_base())
+    try:
+        fr.spawn()
+        fr.wait_ready()
+        port = fr.servers[("b", "tcp")]
+        assert '"listening"' in (tmp_path / "logs" / f"flowtool-server-b-{port}.out").read_text()
+        assert '"ready"' in (tmp_path / "logs" / "flowtool-client-a.out").read_text()
+        assert not (tmp_path / "logs" / "flows-a.jsonl").exists()  # held back until t0
+        fr.release()
+        assert fr.wait(timeout=30)
+    finally:
+        fr.stop()
+    (rec,) = fr.collect()
+    assert rec["error"] is None and rec["bytes_received"] == 20_000
+    assert not runner.running()

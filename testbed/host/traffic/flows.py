@@ -8,6 +8,7 @@ A run hands all its `FlowSpec` s (from `testbed.plan.patterns`, addresses filled
     fr = FlowRun(runner, hosts={"client": c, "server": s}, flows=flows,
                  samples_dir=run / "samples", logs_dir=run / "logs")
     fr.launch()               # servers/sinks first (confirmed listening), then clients
+                              # (or fr.spawn(), other set-up, fr.wait_ready())
     fr.release(t0)            # ... which start their flows at t0 + start (start = both)
     fr.wait(timeout=60)       # True when every client has finished
     fr.stop()                 # SIGTERM: unfinished flows are recorded as interrupted
@@ -166,7 +167,14 @@ class FlowRun:
 
     def launch(self, ready_timeout: float = READY_TIMEOUT_S) -> None:
         """Start servers/sinks and clients and wait until all are ready; the clients then
-        wait for `release`.
+        wait for `release`.  (`spawn` then `wait_ready`.)"""
+        self.spawn()
+        self.wait_ready(ready_timeout)
+
+    def spawn(self) -> None:
+        """Start servers/sinks and clients without waiting for them: a caller can do other
+        set-up while Python starts (seconds under software emulation), then `wait_ready`.
+        A client does nothing on the network before `release`.
 
         The go-file that releases them lives in a private folder of the local file system
         (not the bundle, which may sit on a VM's 9p share: each client polls it every
@@ -183,7 +191,6 @@ class FlowRun:
             self._servers.append((proc, out))
         self._go_dir = Path(tempfile.mkdtemp(prefix="testbed-go-"))  # 0700, root's
         self.go_file = self._go_dir / "go"
-        clients = []
         for src in self._src_hosts():
             mine = [f for f in self.flows if f.src == src]
             spec = self.logs_dir / f"flows-{src}.json"
@@ -193,10 +200,16 @@ class FlowRun:
             self._clients[src] = self.runner.spawn(
                 client_argv(spec, out, self.go_file, self.python), host=self.hosts[src],
                 stdout=ready, log=self.logs_dir / f"flowtool-client-{src}.log", env=self.env)
-            clients.append((self._clients[src], ready))
-        if not recording(self.runner):  # a dry run: nothing runs, nothing is waited for
-            _wait_for_lines(self._servers, '"listening"', ready_timeout)
-            _wait_for_lines(clients, '"ready"', ready_timeout)
+
+    def wait_ready(self, ready_timeout: float = READY_TIMEOUT_S) -> None:
+        """Wait until every spawned server/sink listens and every client is ready
+        (`RunError` if one dies or is not ready in time; nothing in a dry run)."""
+        if recording(self.runner):  # a dry run: nothing runs, nothing is waited for
+            return
+        clients = [(proc, self.logs_dir / f"flowtool-client-{src}.out")
+                   for src, proc in self._clients.items()]
+        _wait_for_lines(self._servers, '"listening"', ready_timeout)
+        _wait_for_lines(clients, '"ready"', ready_timeout)
 
     def release(self, t0: float | None = None) -> None:
         """Release the launched clients on time origin t0 (default: this moment).
