@@ -1,8 +1,9 @@
 """Removing exactly what a `testbed.net.network.Network` created: its manifest and the
 clean-up that works from it alone (after the creating process died), by name and PID.
 
-`Manifest` lists the host shells (with their network-namespace inodes), the switch
-shells, veth ends, OVS bridges and nftables tables of one network; the Network rewrites
+`Manifest` lists the host shells (with their network-namespace inodes and the ``ip
+netns`` handles kept on them), the switch shells, veth ends, OVS bridges and nftables
+tables of one network; the Network rewrites
 ``<workdir>/network.json`` as it creates them.  `remove_leftovers` removes whatever of a
 manifest still exists: processes only while they sit in one of the recorded namespaces
 (and, for a manifest from an earlier process, only while the host's Mininet shell is
@@ -36,6 +37,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import time
@@ -43,7 +45,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from testbed.core.commands import CommandRunner
+from testbed.core.commands import CommandRunner, in_parallel
 from testbed.core.errors import InputError, TestbedError
 from testbed.core.safefiles import atomic_write_text
 from testbed.core.statedir import (  # noqa: F401
@@ -55,6 +57,13 @@ from testbed.core.statedir import (  # noqa: F401
 from testbed.net.tags import TAG_RE, bridge_labels, label_of, link_aliases, new_tag, nft_comments
 
 MANIFEST = "network.json"
+NETNS_DIR = Path("/run/netns")  # where `ip netns` keeps its handles (bind mounts)
+NODE_NAME = r"[A-Za-z0-9_.]{1,40}"
+
+
+def netns_handle(tag: str, node: str) -> str:
+    """The ``ip netns`` name under which a network with tag holds node's namespace."""
+    return f"tb-{tag}-{node}"
 def state_copy(path: Path) -> Path:
     """Where the trusted copy of the manifest written to path lives (in `state_dir`)."""
     key = hashlib.sha256(str(Path(os.path.abspath(path))).encode()).hexdigest()[:32]
@@ -71,6 +80,7 @@ class Manifest:
     interfaces: list[str] = field(default_factory=list)       # veth ends (any namespace)
     bridges: list[str] = field(default_factory=list)          # OVS bridges
     nft_tables: list[list[str]] = field(default_factory=list)  # [family, name]
+    netns_handles: list[str] = field(default_factory=list)    # `ip netns` names we made
 
     processes: dict[str, list[int]] = field(default_factory=dict)  # name -> [pid, start]
     # on every resource made (module docstring); looked up per call so tests can fix it
@@ -141,7 +151,7 @@ class Manifest:
         if not isinstance(data, dict):
             raise TypeError("expected a JSON object")
         known = {"hosts", "netns", "switches", "interfaces", "bridges", "nft_tables",
-                 "processes", "tag"}
+                 "processes", "tag", "netns_handles"}
         if set(data) - known:
             raise TypeError(f"unknown keys {sorted(set(data) - known)}")
         nft = data.get("nft_tables", [])
@@ -158,12 +168,16 @@ class Manifest:
         tag = data.get("tag", "")
         if not isinstance(tag, str) or (tag and not TAG_RE.fullmatch(tag)):
             raise TypeError("tag: expected 8 to 32 hex digits")
+        handles = names(data.get("netns_handles", []))
+        if any(not tag or not re.fullmatch(rf"tb-{tag}-{NODE_NAME}", h) for h in handles):
+            raise TypeError("netns_handles: expected tb-<this manifest's tag>-<node>")
         return cls(tag=tag, hosts=ints(data.get("hosts", {})), netns=ints(data.get("netns", {})),
                    switches=ints(data.get("switches", {})),
                    interfaces=names(data.get("interfaces", [])),
                    bridges=names(data.get("bridges", [])),
                    nft_tables=[list(t) for t in nft],
-                   processes={str(k): list(v) for k, v in procs.items()})
+                   processes={str(k): list(v) for k, v in procs.items()},
+                   netns_handles=handles)
 
 
 def deferred_interrupt(signums: Sequence[str | int]) -> BaseException | None:
@@ -257,6 +271,92 @@ def keep_ovs_state(runner: CommandRunner, dest: Path) -> None:
             (dest / "ovs-controllers.txt").write_text(f"could not read OVS state: {exc}\n")
 
 
+@dataclass(frozen=True)
+class ShellRef:
+    """A namespace to run a command in: its node's name and its Mininet shell's PID."""
+
+    name: str
+    pid: int
+
+
+# every TCP socket of a namespace, listening and orphaned ones included (an orphan has no
+# process left to signal; TIME_WAIT entries hold nothing and are skipped by the kernel)
+DESTROY_SOCKETS = ["ss", "-K", "-H", "-t", "-a"]
+DESTROY_MPTCP = ["ss", "-K", "-H", "-M", "-a"]
+
+
+TIME_WAIT = "06"  # /proc/net/tcp's `st` column
+
+
+def live_sockets(pid: int, proc: Path = Path("/proc")) -> int:
+    """TCP sockets (IPv4 and IPv6) in pid's network namespace other than TIME_WAIT ones,
+    from ``/proc/<pid>/net/tcp*`` (read from here: no program starts); 0 if pid is gone."""
+    n = 0
+    for name in ("tcp", "tcp6"):
+        try:
+            with open(proc / str(pid) / "net" / name) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        n += sum(1 for row in rows if len(row.split()) > 3 and row.split()[3] != TIME_WAIT)
+    return n
+
+
+def destroy_sockets(runner: CommandRunner, shells: Sequence[ShellRef]) -> list[str]:
+    """Destroy (``ss -K``: SOCK_DESTROY, an RST to the peer) the TCP sockets left in each
+    namespace once its processes are gone; returns ``"<node>: <n>"`` for each that had
+    some.  What holds them otherwise: a connection whose process died with data unsent
+    keeps retrying for minutes, and with it the congestion control it uses (a BPF one
+    stays in the kernel until then, docs/coupled_cc.md) and, after a kept network's run,
+    its packets reach the next run (docs/fidelity.md, section 2b).  MPTCP subflows are TCP
+    sockets and go with them.  ``ss`` runs only where `live_sockets` finds some (after a
+    run that closed its connections: nowhere).  Never raises: a kernel without
+    CONFIG_INET_DIAG_DESTROY leaves them, as before."""
+    def one(ref: ShellRef) -> str | None:
+        if not live_sockets(ref.pid):
+            return None
+        try:
+            res = runner.run(DESTROY_SOCKETS, host=ref, check=False, timeout=30)
+        except TestbedError:
+            return None
+        n = len([line for line in res.stdout.splitlines() if line.strip()])
+        return f"{ref.name}: {n}" if n else None
+    return [r for r in in_parallel(one, list(shells)) if r]
+
+
+# a namespace's default congestion control holds a reference on it (for a BPF one, on
+# its struct_ops map) until the namespace goes or the default changes; Reno is built in
+RESET_DEFAULT_CC = ["sysctl", "-q", "-w", "net.ipv4.tcp_congestion_control=reno"]
+
+
+def destroy_sockets_in(runner: CommandRunner, handles: Sequence[str]) -> list[str]:
+    """Through ``ip netns`` handles (namespaces no process is left in): set the default
+    congestion control back to Reno, then `destroy_sockets`; returns ``"<handle>: <n>"``
+    for each that had sockets.  After a SIGKILL a namespace may outlive its processes
+    (an MPTCP connection, which ``ss -K`` cannot end, holds it for a while), and with it
+    the BPF control a run made its default."""
+    def one(handle: str) -> str | None:
+        try:
+            runner.run(["ip", "netns", "exec", handle, *RESET_DEFAULT_CC], check=False,
+                       timeout=30)
+            res = runner.run(["ip", "netns", "exec", handle, *DESTROY_SOCKETS], check=False,
+                             timeout=30)
+            # MPTCP connections: ended too where the kernel can (its MPTCP diag may not
+            # support SOCK_DESTROY), then counted: one left keeps its subflows' control
+            runner.run(["ip", "netns", "exec", handle, *DESTROY_MPTCP], check=False,
+                       timeout=30)
+            left = runner.run(["ip", "netns", "exec", handle, "ss", "-H", "-M", "-a"],
+                              check=False, timeout=30, record=False)
+        except TestbedError:
+            return None
+        mptcp = len([line for line in left.stdout.splitlines() if line.strip()])
+        n = len([line for line in res.stdout.splitlines() if line.strip()])
+        if not n and not mptcp:
+            return None
+        return f"{handle}: {n}" + (f", {mptcp} MPTCP connection(s) left" if mptcp else "")
+    return [r for r in in_parallel(one, list(handles)) if r]
+
+
 def is_mininet_shell(pid: int, node: str) -> bool:
     """True if pid is still the shell Mininet started for node (``mininet:<node>``)."""
     try:
@@ -278,12 +378,30 @@ def remove_leftovers(manifest: Manifest, runner: CommandRunner, fresh: bool = Tr
     re-used PID or namespace number is never signalled.
     """
     report: dict[str, list[str]] = {}
-    inodes = {ino for name, ino in manifest.netns.items()
-              if fresh or (is_mininet_shell(manifest.hosts[name], name)
-                           and netns_inode(manifest.hosts[name]) == ino)}
-    stray = pids_in_netns(inodes)
+    trusted = {name: ino for name, ino in manifest.netns.items()
+               if fresh or (is_mininet_shell(manifest.hosts[name], name)
+                            and netns_inode(manifest.hosts[name]) == ino)}
+    inodes = set(trusted.values())
+    # the hosts' shells last: through them, the sockets the other processes left
+    shells = [ShellRef(name, manifest.hosts[name]) for name in sorted(trusted)
+              if name in manifest.hosts and is_mininet_shell(manifest.hosts[name], name)]
+    stray = pids_in_netns(inodes, exclude=[s.pid for s in shells])
     if stray:
         report["processes"] = [str(p) for p in kill_pids(stray)]
+    sockets = destroy_sockets(runner, shells)
+    if shells:
+        report.setdefault("processes", []).extend(
+            str(p) for p in kill_pids([s.pid for s in shells]))
+    # the namespaces' handles: after a SIGKILL the shells are gone (their stdin closed)
+    # and the handle is the only way in to the sockets the dead processes left
+    if not fresh:
+        there = [h for h in manifest.netns_handles if os.path.lexists(NETNS_DIR / h)]
+        sockets += destroy_sockets_in(runner, there)
+    if sockets:
+        report["sockets"] = sockets
+    if manifest.netns_handles:  # (each: gone already is no error)
+        runner.run(["ip", "-force", "-batch", "-"], check=False, timeout=60,
+                   input="".join(f"netns delete {h}\n" for h in manifest.netns_handles))
     for name, pid in manifest.switches.items():
         if is_mininet_shell(pid, name):
             kill_pids([pid])

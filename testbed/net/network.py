@@ -47,7 +47,7 @@ from testbed.core.commands import CommandRunner, in_parallel
 from testbed.core.errors import InputError, RunError
 from testbed.core.recording import recording
 from testbed.net import bringup, nftables
-from testbed.net.cleanup import keep_ovs_state
+from testbed.net.cleanup import keep_ovs_state, netns_handle
 from testbed.net.hoststate import HostBaseline, cold_cache_commands
 from testbed.net.linkstate import BatchShells, LinkState, setup_commands
 from testbed.net.mininet_net import make_mininet
@@ -172,6 +172,25 @@ class Network:
         finally:
             self.record.note_nodes(self.mn)
         bringup.tag_interfaces(self.runner, self.mn, self.manifest.tag)
+        self._hold_namespaces()
+
+    def _hold_namespaces(self) -> None:
+        """An ``ip netns`` handle on every host's namespace (``tb-<tag>-<host>``, in the
+        manifest before it exists), so that a clean-up after a SIGKILL -- when the hosts'
+        shells are gone with the process that fed them -- can still enter a namespace to
+        destroy the sockets left in it (`testbed.net.cleanup.remove_leftovers`); the
+        clean-up deletes the handles, and with them the namespaces."""
+        mn = self._mn
+        nodes = [h for h in mn.hosts if h.inNamespace]
+        if not nodes:
+            return
+        names = [netns_handle(self.manifest.tag, h.name) for h in nodes]
+        self.manifest.netns_handles.extend(n for n in names
+                                           if n not in self.manifest.netns_handles)
+        self.record.write()
+        # not checked: without a handle only that clean-up is lost (an old iproute2)
+        self.runner.run(["ip", "-force", "-batch", "-"], timeout=60, check=False, input="".join(
+            f"netns attach {n} {h.pid}\n" for n, h in zip(names, nodes, strict=True)))
 
     def _start_switches(self) -> None:
         ctl = self.controller

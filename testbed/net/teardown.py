@@ -20,7 +20,9 @@ from testbed.core.commands import CommandRunner
 from testbed.core.errors import CommandError
 from testbed.net.cleanup import (
     Manifest,
+    ShellRef,
     deferred_interrupt,
+    destroy_sockets,
     kill_pids,
     parse_link_names,
     pids_in_netns,
@@ -53,7 +55,8 @@ class Teardown:
 
     def stop_host_processes(self, runner: CommandRunner, manifest: Manifest) -> None:
         """Stop runner's processes in the manifest's hosts, then kill any other process
-        in their namespaces (its shells aside), reported under ``processes``."""
+        in their namespaces (its shells aside), reported under ``processes``, then
+        destroy the TCP sockets those left (`destroy_sockets`), under ``sockets``."""
         names = set(manifest.hosts)
         for proc in runner.running():
             if proc.where in names:
@@ -62,6 +65,10 @@ class Teardown:
         strays = pids_in_netns(set(manifest.netns.values()), exclude=shells)
         if strays:
             self.report["processes"] = [str(p) for p in kill_pids(strays)]
+        sockets = destroy_sockets(runner, [ShellRef(name, pid) for name, pid
+                                           in sorted(manifest.hosts.items())])
+        if sockets:
+            self.report["sockets"] = sockets
 
     def remove_leftovers(self, manifest: Manifest, runner: CommandRunner) -> None:
         """Remove whatever of the manifest still exists (`testbed.net.cleanup.

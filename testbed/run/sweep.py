@@ -166,7 +166,9 @@ def _one_run(plan: Any, out: Path, execute: Execute, progress: Progress,
     try:
         if bundle.root.exists():
             if recover is not None and bundle.status() == RUNNING:
-                recover(bundle)
+                recovered = recover(bundle)
+                if recovered:  # what the killed attempt left, removed before this one
+                    meta["recovered"] = recovered
             move_aside(out, bundle)
         bundle.create()
         fresh = True

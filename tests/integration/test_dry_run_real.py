@@ -6,7 +6,8 @@ and a link schedule (a rate change and a link taken down) runs for real; its
 ``transcript.jsonl`` must hold exactly the commands the dry run records for it, each as
 often, with the same namespace, stdin and schedule time.  Process ids (``mnexec -a``),
 the warm-up veth's pid-based name, the flow tool's start-signal file name and the
-network's tag (`testbed.net.tags`) are the only things set aside.  The run builds and
+network's tag (`testbed.net.tags`, also in the names of its ``ip netns`` handles, with
+the shells' pids they are made from) are the only things set aside.  The run builds and
 stops its own network (``--fresh-networks``): a network kept for the next run puts
 back, at the end of a run, what the run changed in its hosts (routes, MPTCP limits and
 endpoints) after reading their state, and those restoring commands depend on the
@@ -78,7 +79,9 @@ interval = "500ms"
 PID = re.compile(r"^\d+$")
 NAMES = [(re.compile(r"tbw\d+"), "tbwPID"),                       # warm-up veth (pid)
          (re.compile(r"testbed-go-[^/]+/go"), "testbed-go-ID/go"),  # start-signal file
-         (re.compile(r"testbed-net=[0-9a-f]+"), "testbed-net=TAG")]  # each network's tag
+         (re.compile(r"testbed-net=[0-9a-f]+"), "testbed-net=TAG"),  # each network's tag
+         (re.compile(r"(netns attach tb-)[0-9a-f]+(-\w+) \d+"), r"\1TAG\2 PID"),  # handles
+         (re.compile(r"tb-[0-9a-f]+-"), "tb-TAG-")]
 
 
 def normal(entry: dict) -> tuple:

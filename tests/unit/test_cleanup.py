@@ -243,3 +243,61 @@ def test_a_study_passes_recovery_on(monkeypatch, tmp_path):
     from testbed.run import study
 
     assert "recover=recover_bundle" in inspect.getsource(study)
+
+
+TCP_HEADER = ("  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt"
+              "   uid  timeout inode")
+
+
+def _tcp_row(st: str) -> str:
+    return (f"   0: 0101000A:C350 0164000A:1389 {st} 00000000:00000000 00:00000000 00000000"
+            "     0        0 12345 1 0000000000000000 20 4 30 10 -1")
+
+
+def test_live_sockets_skips_time_wait_and_a_gone_process(tmp_path: Path) -> None:
+    net = tmp_path / "42" / "net"
+    net.mkdir(parents=True)
+    # an orphan retrying (FIN_WAIT1), a listener, a TIME_WAIT entry (holds nothing)
+    (net / "tcp").write_text("\n".join([TCP_HEADER, _tcp_row("04"), _tcp_row("0A"),
+                                        _tcp_row("06")]) + "\n")
+    (net / "tcp6").write_text(TCP_HEADER + "\n" + _tcp_row("01") + "\n")
+    assert cl.live_sockets(42, proc=tmp_path) == 3
+    (net / "tcp").write_text(TCP_HEADER + "\n" + _tcp_row("06") + "\n")
+    (net / "tcp6").write_text(TCP_HEADER + "\n")
+    assert cl.live_sockets(42, proc=tmp_path) == 0
+    assert cl.live_sockets(43, proc=tmp_path) == 0
+
+
+def test_destroy_sockets_runs_ss_only_where_sockets_are_left(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    class Runner:
+        def __init__(self) -> None:
+            self.calls: list[tuple[list[str], str]] = []
+
+        def run(self, argv: list[str], host: cl.ShellRef, check: bool, timeout: float
+                ) -> subprocess.CompletedProcess[str]:
+            self.calls.append((argv, host.name))
+            return subprocess.CompletedProcess(argv, 0, "ESTAB 0 0 10.0.1.1:50000 x\n"
+                                               "FIN-WAIT-1 0 9 10.0.2.1:50001 y\n", "")
+
+    monkeypatch.setattr(cl, "live_sockets", lambda pid: {10: 2, 11: 0}.get(pid, 0))
+    runner = Runner()
+    out = cl.destroy_sockets(runner, [cl.ShellRef("client", 10),  # type: ignore[arg-type]
+                                      cl.ShellRef("server", 11)])
+    assert runner.calls == [(cl.DESTROY_SOCKETS, "client")]
+    assert out == ["client: 2"]
+
+
+def test_manifest_netns_handles_must_carry_its_own_tag(tmp_path: Path) -> None:
+    m = cl.Manifest(hosts={"client": 10}, netns={"client": 4026532000}, tag="0123456789abcdef",
+                    netns_handles=[cl.netns_handle("0123456789abcdef", "client")])
+    m.write(tmp_path / "network.json")
+    assert cl.Manifest.read(tmp_path / "network.json").netns_handles == [
+        "tb-0123456789abcdef-client"]
+    data = json.loads(m.to_json())
+    for bad in (["tb-fedcba9876543210-client"],     # another network's handle
+                ["../../etc/client"], ["tb-0123456789abcdef-a/b"], [7]):
+        with pytest.raises(TypeError):
+            cl.Manifest.from_data({**data, "netns_handles": bad})
+    with pytest.raises(TypeError):                  # no tag: no handle can be ours
+        cl.Manifest.from_data({**data, "tag": "", "netns_handles": m.netns_handles})
