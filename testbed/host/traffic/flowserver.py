@@ -53,6 +53,10 @@ def _serve_conn(conn: socket.socket, peer: tuple, protocol: str, log: JsonLines,
                 rec["t_first"] = time.time()
             n += got
             rec["bytes"] = n
+            # data still arriving when the run ends: a receive never times out then, so
+            # the stop is looked at here too (else the process exits without this record)
+            if stop.is_set():
+                raise Interrupted
         rec["t_eof"] = time.time()
         if protocol == "mptcp":
             rec.update(mptcp_info(conn))
