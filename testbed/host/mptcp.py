@@ -293,9 +293,8 @@ def _read(runner: CommandRunner, host: Namespaced, argv: list[str]) -> str:
 # it, and by default Linux (>= 5.16) then forgets the neighbours on that interface: the
 # first packet after the outage waits for ARP, whose retry timer (1 s) started during the
 # outage.  `transport.keep_neighbours = true` keeps them (P3's specs: ns-2 has no ARP);
-# the default is the kernel's, because on a kept network the previous run's orphaned
-# connections then resume at the start of the next run (seen in P0's outage runs on
-# 2026-11-27 when every run kept them; docs/fidelity.md, section 2b).
+# the default is the kernel's: keeping them is a model's choice, not what Linux does
+# (docs/fidelity.md, section 2b; the routers get the same, `testbed.run.execute`).
 NEIGHBOUR_SYSCTLS = ("net.ipv4.conf.all.arp_evict_nocarrier",
                      "net.ipv6.conf.all.ndisc_evict_nocarrier")
 

@@ -58,7 +58,26 @@ from testbed.net.tags import TAG_RE, bridge_labels, label_of, link_aliases, new_
 
 MANIFEST = "network.json"
 NETNS_DIR = Path("/run/netns")  # where `ip netns` keeps its handles (bind mounts)
-NODE_NAME = r"[A-Za-z0-9_.]{1,40}"
+NODE_NAME = r"[A-Za-z0-9_.-]{1,64}"  # the nodes whose namespace gets a handle
+
+
+def this_process() -> list[int]:
+    """[pid, start time] of this process (a manifest's ``owner``); [] if unreadable."""
+    start = process_start_time(os.getpid())
+    return [os.getpid(), start] if start is not None else []
+
+
+def handle_inode(manifest: Manifest, node: str) -> int | None:
+    """The namespace inode behind the manifest's ``ip netns`` handle on node, if it has
+    one (after a SIGKILL the shells are gone: the handle still names the namespace, so
+    the processes the dead run left in it -- captures, flow tools -- can be ended)."""
+    name = netns_handle(manifest.tag, node)
+    if name not in manifest.netns_handles:
+        return None
+    try:
+        return os.stat(NETNS_DIR / name).st_ino
+    except OSError:
+        return None
 
 
 def netns_handle(tag: str, node: str) -> str:
@@ -81,6 +100,7 @@ class Manifest:
     bridges: list[str] = field(default_factory=list)          # OVS bridges
     nft_tables: list[list[str]] = field(default_factory=list)  # [family, name]
     netns_handles: list[str] = field(default_factory=list)    # `ip netns` names we made
+    owner: list[int] = field(default_factory=list)  # [pid, start] of the creating process
 
     processes: dict[str, list[int]] = field(default_factory=dict)  # name -> [pid, start]
     # on every resource made (module docstring); looked up per call so tests can fix it
@@ -151,7 +171,7 @@ class Manifest:
         if not isinstance(data, dict):
             raise TypeError("expected a JSON object")
         known = {"hosts", "netns", "switches", "interfaces", "bridges", "nft_tables",
-                 "processes", "tag", "netns_handles"}
+                 "processes", "tag", "netns_handles", "owner"}
         if set(data) - known:
             raise TypeError(f"unknown keys {sorted(set(data) - known)}")
         nft = data.get("nft_tables", [])
@@ -171,13 +191,17 @@ class Manifest:
         handles = names(data.get("netns_handles", []))
         if any(not tag or not re.fullmatch(rf"tb-{tag}-{NODE_NAME}", h) for h in handles):
             raise TypeError("netns_handles: expected tb-<this manifest's tag>-<node>")
+        owner = data.get("owner", [])
+        if not isinstance(owner, list) or len(owner) not in (0, 2) or not all(
+                isinstance(x, int) and not isinstance(x, bool) for x in owner):
+            raise TypeError("owner: expected [pid, start time]")
         return cls(tag=tag, hosts=ints(data.get("hosts", {})), netns=ints(data.get("netns", {})),
                    switches=ints(data.get("switches", {})),
                    interfaces=names(data.get("interfaces", [])),
                    bridges=names(data.get("bridges", [])),
                    nft_tables=[list(t) for t in nft],
                    processes={str(k): list(v) for k, v in procs.items()},
-                   netns_handles=handles)
+                   netns_handles=handles, owner=list(owner))
 
 
 def deferred_interrupt(signums: Sequence[str | int]) -> BaseException | None:
@@ -380,7 +404,8 @@ def remove_leftovers(manifest: Manifest, runner: CommandRunner, fresh: bool = Tr
     report: dict[str, list[str]] = {}
     trusted = {name: ino for name, ino in manifest.netns.items()
                if fresh or (is_mininet_shell(manifest.hosts[name], name)
-                            and netns_inode(manifest.hosts[name]) == ino)}
+                            and netns_inode(manifest.hosts[name]) == ino)
+               or handle_inode(manifest, name) == ino}
     inodes = set(trusted.values())
     # the hosts' shells last: through them, the sockets the other processes left
     shells = [ShellRef(name, manifest.hosts[name]) for name in sorted(trusted)
@@ -402,6 +427,9 @@ def remove_leftovers(manifest: Manifest, runner: CommandRunner, fresh: bool = Tr
     if manifest.netns_handles:  # (each: gone already is no error)
         runner.run(["ip", "-force", "-batch", "-"], check=False, timeout=60,
                    input="".join(f"netns delete {h}\n" for h in manifest.netns_handles))
+        left = [h for h in manifest.netns_handles if os.path.lexists(NETNS_DIR / h)]
+        if left:  # the caller keeps the manifest, so that a later clean-up tries again
+            raise TestbedError(f"ip netns handles still there: {', '.join(left)}")
     for name, pid in manifest.switches.items():
         if is_mininet_shell(pid, name):
             kill_pids([pid])
@@ -473,7 +501,43 @@ def cleanup_from_manifest(path: Path, runner: CommandRunner | None = None
         if not same:
             report["untrusted"] = [f"{path}: differs from the testbed's own copy; "
                                    "only the copy was used"]
-    report.update(remove_leftovers(manifest, runner, fresh=False))
+    report.update(_remove_dead(manifest, runner))
+    copy.unlink(missing_ok=True)
+    return report
+
+
+def recover_dead_networks(runner: CommandRunner | None = None) -> dict[str, dict[str, list[str]]]:
+    """Clean up every network in the state directory whose creating process is gone
+    (its manifest's ``owner`` pid no longer has the recorded start time): what a SIGKILL
+    left, for a sweep that is never resumed.  Networks of running processes, and
+    manifests without an owner (written before owners were recorded), are left alone;
+    a manifest that cannot be read is reported and kept.  Returns what was removed, by
+    network tag."""
+    runner = runner or CommandRunner()
+    out: dict[str, dict[str, list[str]]] = {}
+    folder = state_dir() / "networks"
+    for copy in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            manifest = Manifest.read(copy)
+        except InputError as exc:
+            out[copy.stem] = {"unreadable": [str(exc)]}
+            continue
+        if len(manifest.owner) != 2 or process_start_time(manifest.owner[0]) == \
+                manifest.owner[1]:
+            continue
+        try:
+            out[manifest.tag or copy.stem] = _remove_dead(manifest, runner)
+        except TestbedError as exc:
+            out[manifest.tag or copy.stem] = {"error": [str(exc)]}
+            continue
+        copy.unlink(missing_ok=True)
+    return out
+
+
+def _remove_dead(manifest: Manifest, runner: CommandRunner) -> dict[str, list[str]]:
+    """`remove_leftovers` of a dead process's network, its recorded processes and its
+    nftables tables."""
+    report = remove_leftovers(manifest, runner, fresh=False)
     for name, (pid, start) in manifest.processes.items():
         if process_start_time(pid) == start:
             kill_pids([pid])
@@ -488,5 +552,4 @@ def cleanup_from_manifest(path: Path, runner: CommandRunner | None = None
             report.setdefault("nft_tables", []).append(f"{family} {name}")
         else:
             report.setdefault("untagged", []).append(f"nft table {family} {name}")
-    copy.unlink(missing_ok=True)
     return report

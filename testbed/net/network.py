@@ -37,6 +37,7 @@ job after a SIGKILL.  (Mininet's ``mn -c`` is never used: it kills by pattern.)
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -47,7 +48,7 @@ from testbed.core.commands import CommandRunner, in_parallel
 from testbed.core.errors import InputError, RunError
 from testbed.core.recording import recording
 from testbed.net import bringup, nftables
-from testbed.net.cleanup import keep_ovs_state, netns_handle
+from testbed.net.cleanup import NODE_NAME, keep_ovs_state, netns_handle, this_process
 from testbed.net.hoststate import HostBaseline, cold_cache_commands
 from testbed.net.linkstate import BatchShells, LinkState, setup_commands
 from testbed.net.mininet_net import make_mininet
@@ -96,6 +97,10 @@ class Network:
         self.ready_timeout = ready_timeout
         self.mn: MnNet | None = None
         self.record = NetworkRecord(Path(workdir) if workdir is not None else None)
+        # who made it: a later process cleans it up once this one is gone
+        # (`testbed.net.cleanup.recover_dead_networks`)
+        if not recording(self.runner):
+            self.record.manifest.owner = this_process()
         self.shells = BatchShells(self.node)
         self.links = linkmodel.link_groups(topo)
         self.link_state = LinkState(self.links, self.shells, self.record)
@@ -181,7 +186,8 @@ class Network:
         destroy the sockets left in it (`testbed.net.cleanup.remove_leftovers`); the
         clean-up deletes the handles, and with them the namespaces."""
         mn = self._mn
-        nodes = [h for h in mn.hosts if h.inNamespace]
+        # a name outside `NODE_NAME` gets no handle (a custom topology's odd host name)
+        nodes = [h for h in mn.hosts if h.inNamespace and re.fullmatch(NODE_NAME, h.name)]
         if not nodes:
             return
         names = [netns_handle(self.manifest.tag, h.name) for h in nodes]
@@ -360,8 +366,10 @@ class Network:
                 td.step("record", lambda: self.record.note_nodes(mn))
                 td.step("links", lambda: delete_links(self.runner, mn))
                 td.step("mininet", mn.stop)
+            before = len(td.errors)
             td.step("leftovers", lambda: td.remove_leftovers(self.manifest, self.runner))
-            td.step("manifest", self.manifest.discard)
+            if len(td.errors) == before:  # else the manifest stays for a later clean-up
+                td.step("manifest", self.manifest.discard)
         finally:
             td.restore_signal_handlers()
         deferred = td.deferred_interrupt()

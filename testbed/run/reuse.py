@@ -46,6 +46,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from testbed.core.commands import CommandRunner
+from testbed.core.recording import recording
 from testbed.plan.transport import uses_mptcp
 from testbed.run.recovery import recover_network
 from testbed.spec.experiment import Experiment
@@ -231,11 +232,28 @@ class NetworkKeeper:
 
     def _recover(self, runner: CommandRunner) -> dict[str, list[str]]:
         """Once per keeper: remove a network an earlier process kept and never stopped
-        (`testbed.run.recovery`)."""
-        if self._recovered or self.state_dir is None:
+        (`testbed.run.recovery`), and every network whose creating process is gone
+        (`testbed.net.cleanup.recover_dead_networks`: a SIGKILLed sweep never resumed;
+        not in a dry run), the latter under ``dead_networks`` (``<tag>: <what>``), with
+        the BPF controls dead runs left registered (``coupled_cc``)."""
+        if self._recovered:
             return {}
         self._recovered = True
-        path = self.state_dir / KEPT
-        report = recover_network(path, runner)
-        path.unlink(missing_ok=True)
+        report: dict[str, list[str]] = {}
+        if self.state_dir is not None:
+            path = self.state_dir / KEPT
+            report = recover_network(path, runner)
+            path.unlink(missing_ok=True)
+        if not recording(runner):
+            from testbed.host.coupled.loader import release_stale
+            from testbed.net.cleanup import recover_dead_networks
+
+            released = release_stale(runner)  # BPF controls dead runs left registered
+            if released:
+                report["coupled_cc"] = released
+            dead = recover_dead_networks(runner)
+            if dead:
+                report["dead_networks"] = [
+                    f"{tag}: " + "; ".join(f"{k} {', '.join(v)}" for k, v in sorted(what.items()))
+                    for tag, what in sorted(dead.items())]
         return report

@@ -301,3 +301,100 @@ def test_manifest_netns_handles_must_carry_its_own_tag(tmp_path: Path) -> None:
             cl.Manifest.from_data({**data, "netns_handles": bad})
     with pytest.raises(TypeError):                  # no tag: no handle can be ours
         cl.Manifest.from_data({**data, "tag": "", "netns_handles": m.netns_handles})
+
+
+def test_handles_of_hosts_with_a_dash_are_read_back(tmp_path: Path) -> None:
+    tag = "0123456789abcdef"
+    m = cl.Manifest(hosts={"h-1": 10}, tag=tag, netns_handles=[cl.netns_handle(tag, "h-1")],
+                    owner=[10, 20])
+    m.write(tmp_path / "network.json")
+    back = cl.Manifest.read(tmp_path / "network.json")
+    assert back.netns_handles == ["tb-0123456789abcdef-h-1"] and back.owner == [10, 20]
+    for bad in ([1], [1, 2, 3], ["1", 2], [True, 2]):
+        with pytest.raises(TypeError):
+            cl.Manifest.from_data({**json.loads(m.to_json()), "owner": bad})
+    with pytest.raises(TypeError):  # a newline would be a second `ip -batch` line
+        cl.Manifest.from_data({**json.loads(m.to_json()),
+                               "netns_handles": [f"tb-{tag}-a\nnetns delete x"]})
+
+
+def test_dead_networks_are_cleaned_up_and_live_ones_left(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(cl.STATE_DIR_ENV, str(tmp_path / "state"))
+    me = cl.this_process()
+    assert me and me[0] == os.getpid()
+    dead = cl.Manifest(tag="aaaaaaaaaaaaaaaa", interfaces=["x-eth0"], owner=[me[0], me[1] + 1])
+    live = cl.Manifest(tag="bbbbbbbbbbbbbbbb", interfaces=["y-eth0"], owner=me)
+    old = cl.Manifest(tag="cccccccccccccccc", interfaces=["z-eth0"])  # no owner recorded
+    for name, m in (("dead", dead), ("live", live), ("old", old)):
+        m.write(tmp_path / name / "network.json")
+    removed: list[str] = []
+
+    def remove(manifest: cl.Manifest, runner: object) -> dict[str, list[str]]:
+        removed.append(manifest.tag)
+        return {"interfaces": list(manifest.interfaces)}
+    monkeypatch.setattr(cl, "_remove_dead", remove)
+    out = cl.recover_dead_networks(runner=object())  # type: ignore[arg-type]
+    assert removed == ["aaaaaaaaaaaaaaaa"]
+    assert out == {"aaaaaaaaaaaaaaaa": {"interfaces": ["x-eth0"]}}
+    assert not cl.state_copy(tmp_path / "dead" / "network.json").exists()
+    assert cl.state_copy(tmp_path / "live" / "network.json").exists()
+    assert cl.state_copy(tmp_path / "old" / "network.json").exists()
+
+
+def test_remove_leftovers_ends_processes_then_sockets_then_shells_then_handles(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    tag = "0123456789abcdef"
+    m = cl.Manifest(hosts={"client": 10, "server": 11}, netns={"client": 100, "server": 101},
+                    tag=tag, netns_handles=[cl.netns_handle(tag, "client")])
+    order: list[str] = []
+    monkeypatch.setattr(cl, "is_mininet_shell", lambda pid, name: pid == 10)  # server's gone
+    monkeypatch.setattr(cl, "netns_inode", lambda pid: {10: 100, 11: 101}.get(pid))
+    monkeypatch.setattr(cl, "pids_in_netns",
+                        lambda inodes, exclude=(): [p for p in (50, 10) if p not in exclude])
+    monkeypatch.setattr(cl, "kill_pids", lambda pids, grace=2.0: order.append(
+        f"kill {sorted(pids)}") or list(pids))
+    monkeypatch.setattr(cl, "destroy_sockets", lambda runner, shells: order.append(
+        f"ss via {[s.name for s in shells]}") or [])
+    monkeypatch.setattr(cl, "destroy_sockets_in", lambda runner, handles: order.append(
+        f"ss in {list(handles)}") or ["tb-0123456789abcdef-client: 1"])
+    monkeypatch.setattr(cl.os.path, "lexists", lambda p: False)
+
+    class Runner:
+        def run(self, argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+            if argv[:2] == ["ip", "-force"]:
+                order.append(f"ip {kw.get('input')!r}")
+            return subprocess.CompletedProcess(argv, 0, "[]", "")
+
+    report = cl.remove_leftovers(m, Runner(), fresh=False)  # type: ignore[arg-type]
+    assert order == ["kill [50]", "ss via ['client']", "kill [10]", "ss in []",
+                     "ip 'netns delete tb-0123456789abcdef-client\\n'"]
+    assert report["sockets"] == ["tb-0123456789abcdef-client: 1"]
+    assert report["processes"] == ["50", "10"]
+
+
+def test_a_handle_that_stays_is_an_error_so_the_manifest_is_kept(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    tag = "0123456789abcdef"
+    m = cl.Manifest(tag=tag, netns_handles=[cl.netns_handle(tag, "client")])
+    monkeypatch.setattr(cl.os.path, "lexists", lambda p: str(p).endswith("-client"))
+    monkeypatch.setattr(cl, "destroy_sockets_in", lambda runner, handles: [])
+
+    class Runner:
+        def run(self, argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+            return subprocess.CompletedProcess(argv, 0, "[]", "")
+
+    with pytest.raises(cl.TestbedError, match="tb-0123456789abcdef-client"):
+        cl.remove_leftovers(m, Runner(), fresh=True)  # type: ignore[arg-type]
+
+
+def test_a_handle_names_its_namespace_only_when_the_manifest_lists_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tag = "0123456789abcdef"
+    monkeypatch.setattr(cl, "NETNS_DIR", tmp_path)
+    (tmp_path / cl.netns_handle(tag, "client")).write_text("")
+    (tmp_path / cl.netns_handle(tag, "server")).write_text("")
+    m = cl.Manifest(tag=tag, netns_handles=[cl.netns_handle(tag, "client")])
+    assert cl.handle_inode(m, "client") == (tmp_path / f"tb-{tag}-client").stat().st_ino
+    assert cl.handle_inode(m, "server") is None     # a handle it did not make
+    assert cl.handle_inode(m, "router") is None

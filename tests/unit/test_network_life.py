@@ -18,6 +18,7 @@ import mininet.node
 from testbed.core.commands import CommandRunner, Result
 from testbed.core.recording import RecordingRunner
 from testbed.net import bringup, cleanup, hoststate
+from testbed.net import network as network_mod
 from testbed.net.network import Network
 from testbed.plan.links import planned_links
 from testbed.spec.linkshape import LinkShape
@@ -176,6 +177,8 @@ def test_a_network_life_runs_the_recorded_commands(tmp_path: Path, monkeypatch) 
     monkeypatch.setattr(mininet.node.OVSSwitch, "OVSVersion", None, raising=False)
     monkeypatch.setattr(bringup, "os", SimpleNamespace(geteuid=lambda: 0))  # as root
     monkeypatch.setattr(cleanup, "new_tag", lambda: "0123456789abcdef")  # the networks' tag
+    # the creating process, in every manifest: one fixed here
+    monkeypatch.setattr(network_mod, "this_process", lambda: [4141, 4242])
 
     def one_by_one(fn, items, workers=4):  # a transcript in one order
         return [fn(i) for i in items]

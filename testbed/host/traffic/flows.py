@@ -7,7 +7,7 @@ A run hands all its `FlowSpec` s (from `testbed.plan.patterns`, addresses filled
                           via_addr={("client", "wifi"): "10.0.1.1"})
     fr = FlowRun(runner, hosts={"client": c, "server": s}, flows=flows,
                  samples_dir=run / "samples", logs_dir=run / "logs")
-    fr.launch()               # servers/sinks first (confirmed listening), then clients
+    fr.launch()               # servers/sinks and clients started, then waited for
                               # (or fr.spawn(), other set-up, fr.wait_ready())
     fr.release(t0)            # ... which start their flows at t0 + start (start = both)
     fr.wait(timeout=60)       # True when every client has finished
