@@ -302,7 +302,7 @@ def test_every_study_run_matches_the_sha256_manifest_it_wrote(studies_out: Path)
 
 def test_p0_coupled_congestion_control(studies_out: Path) -> None:
     """Issue 17 on P0's quick runs (the testbed's BPF controls on the VM's 6.1 kernel): at
-    a shared 10 Mbit/s bottleneck (30 s, 2 runs each) a 2-subflow MPTCP connection with
+    a shared 10 Mbit/s bottleneck (30 s, 3 runs each) a 2-subflow MPTCP connection with
     LIA or OLIA takes at most 58 % next to one TCP reno flow, and with uncoupled reno
     subflows more than with either; over two disjoint 5 Mbit/s paths every coupled
     control reaches 85 % of their sum; every decision the programs logged equals the
@@ -323,7 +323,7 @@ def test_p0_coupled_congestion_control(studies_out: Path) -> None:
         for cc, v in shares.items()))
     print("FIGURES coupled CC disjoint paths, % of 10 Mbit/s: " + ", ".join(
         f"{cc} {' '.join(f'{100 * x:.1f}' for x in v)}" for cc, v in use.items()))
-    assert {cc: len(v) for cc, v in shares.items()} == {"lia": 2, "olia": 2, "reno": 2}
+    assert {cc: len(v) for cc, v in shares.items()} == {"lia": 3, "olia": 3, "reno": 3}
     assert mean["lia"] <= 0.58 and mean["olia"] <= 0.58, mean
     assert mean["reno"] > max(mean["lia"], mean["olia"]), mean
     assert set(use) == {"lia", "olia", "balia", "wvegas"}, use
@@ -346,8 +346,8 @@ def test_p3_handover_schemes(studies_out: Path) -> None:
     kernel; docs/handover.md).  After the 20 Mbit/s -> 384 kbit/s hand-off with its 0.5 s
     outage: with Immediate Expiration the sender's first retransmission after the link is
     back (its capture) comes within 50 ms + one RTT of the new path, its program logged
-    the restart as immediate (not a later timer expiry) and its cwnd samples show the
-    restart (a window of at most 4 segments); with Bandwidth-Aware the logged ssthresh
+    the restart and its cwnd samples show the restart (slow start: the first window after
+    it below the ssthresh it left, growing); with Bandwidth-Aware the logged ssthresh
     is max(2, acked x RTT / (lag x MSS)) of its logged inputs and lies within a factor 2
     of the new path's bandwidth-delay product.  TCP/mm's wait is printed (it waits for its
     backed-off timer)."""
@@ -384,10 +384,16 @@ def test_p3_handover_schemes(studies_out: Path) -> None:
         assert first is not None and first - t_up <= 0.050 + rtt, (run.name, first, t_up)
         # the program logged the restart (its `path`, printed, tells how it saw it; a
         # timer that fires between the ICMP's retransmission and its ACK shows as "timer")
-        assert restarts(run), run.name
-        # restarted from one segment: within its first two round trips (the sampler takes
-        # a sample every ~0.25 s in the CI VM) the window is at most 4
-        assert min(cwnd_after(run, t_up, first + 1.0), default=99) <= 4, run.name
+        (rec,) = [r for r in restarts(run) if r["gen"] == 1]
+        # restarted in slow start: the first window sampled after the restart lies below
+        # the ssthresh the restart left and the window grows from there.  (Not "at most 4
+        # segments": a cumulative ACK that fills a hole acknowledges what the receiver
+        # held beyond it, and slow start adds every segment it acknowledges: in a CI run
+        # of 2026-11-27 the first sample, 0.37 s after the restart, read 12 of 26.)
+        seen = cwnd_after(run, first, first + 1.5)
+        print(f"FIGURES P3 immediate-expiration {run.name}: path {rec['path']}, ssthresh "
+              f"{rec['ssthresh']}, cwnd samples after the restart {seen}")
+        assert seen and seen[0] < rec["ssthresh"] and max(seen) > seen[0], (run.name, seen)
     for run in by["bandwidth-aware"]:
         _rtt, bdp = new_path_rtt_bdp(run)
         (rec,) = [r for r in restarts(run) if r["gen"] == 1]
