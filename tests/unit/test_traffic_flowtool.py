@@ -23,8 +23,9 @@ def free_port(kind: int = socket.SOCK_STREAM) -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def server(tmp_path: Path):
+def start_server(tmp_path: Path
+                 ) -> tuple[int, threading.Event, threading.Thread, flowsockets.JsonLines]:
+    """A TCP flow server on loopback, listening: its port, stop event, thread and log."""
     port = free_port()
     stop = threading.Event()
     log = flowsockets.JsonLines(str(tmp_path / "srv.jsonl"))
@@ -35,6 +36,12 @@ def server(tmp_path: Path):
     deadline = time.time() + 5
     while "listening" not in ready.getvalue() and time.time() < deadline:
         time.sleep(0.01)
+    return port, stop, t, log
+
+
+@pytest.fixture
+def server(tmp_path: Path):
+    port, stop, t, log = start_server(tmp_path)
     yield port, tmp_path / "srv.jsonl"
     stop.set()
     t.join(timeout=5)
@@ -158,16 +165,7 @@ def test_a_connection_still_receiving_when_the_run_stops_writes_its_record(
     """Data arriving without a pause never lets a receive time out: the server looks at
     the stop after each receive too, and writes the connection's record (found missing in
     3 of 6 bundles of a CI study run before)."""
-    port = free_port()
-    stop = threading.Event()
-    log = flowsockets.JsonLines(str(tmp_path / "srv.jsonl"))
-    ready = io.StringIO()
-    t = threading.Thread(target=flowserver.serve, args=("127.0.0.1", port, "tcp", log, stop,
-                                                      ready), daemon=True)
-    t.start()
-    deadline = time.time() + 5
-    while "listening" not in ready.getvalue() and time.time() < deadline:
-        time.sleep(0.01)
+    port, stop, t, log = start_server(tmp_path)
     sending = threading.Event()
     done = threading.Event()
 
