@@ -63,11 +63,15 @@ FATTREE_STOP_S = 65.0
 # Issue 18 added P3's hand-over schemes (case1 x 2 and case2 with all three: +6 runs,
 # +240 s in this model); to stay near CI's 60 minutes cc_fairness went to 2 repetitions
 # (6 runs, -162 s) and P3's MPTCP extra to the full variant only (-37 s).
-QUICK_BUDGET_S = {"p0_wifi_3g": 29.5 * 60, "p1_fattree_spray": 10.5 * 60,
+# Back to 3 (+162 s, 1894 s for P0, 3574 s in all in this model) on 2026-11-27: with 2,
+# LIA's mean share sat at issue 17's 58 % line (51.3 % in one CI run, 58.3 % in the next),
+# and 3 is the setting of its acceptance.  The per-run set-up and teardown became about
+# 2 s shorter the same day (testbed.run.execute), which this model does not see.
+QUICK_BUDGET_S = {"p0_wifi_3g": 32 * 60, "p1_fattree_spray": 10.5 * 60,
                   "p2_three_paths": 4.5 * 60, "p3_handover": 7.5 * 60,
                   "p4_rbuf_blocking": 5.5 * 60}
-QUICK_TOTAL_BUDGET_S = 58 * 60  # issue 8: 30; issue 25: + the repetitions; issue 17: + P0 CC;
-# issue 18: + P3's schemes, offset (see above)
+QUICK_TOTAL_BUDGET_S = 60 * 60  # issue 8: 30; issue 25: + the repetitions; issue 17: + P0 CC;
+# issue 18: + P3's schemes, offset (see above); issue 17: cc_fairness back to 3 repetitions
 QUICK_MAX_RATE_BPS = 20_000_000
 
 # Specs that exist only in the full variant (each is named in its study's README).
