@@ -398,8 +398,10 @@ def remove_leftovers(manifest: Manifest, runner: CommandRunner, fresh: bool = Tr
     the manifest's label, bridges only if OVS lists them with it (others: ``"untagged"``).
     Processes are signalled only while they are in one of the
     recorded network namespaces; fresh=False (a manifest from an earlier process)
-    trusts a namespace only while its host's Mininet shell is still alive in it, so a
-    re-used PID or namespace number is never signalled.
+    trusts a namespace only while its host's Mininet shell is still alive in it, or while
+    the manifest's own ``ip netns`` handle holds it (same inode), so a re-used PID or
+    namespace number is never signalled.  Raises `TestbedError` (after everything else)
+    when a handle could not be deleted.
     """
     report: dict[str, list[str]] = {}
     trusted = {name: ino for name, ino in manifest.netns.items()
@@ -427,9 +429,7 @@ def remove_leftovers(manifest: Manifest, runner: CommandRunner, fresh: bool = Tr
     if manifest.netns_handles:  # (each: gone already is no error)
         runner.run(["ip", "-force", "-batch", "-"], check=False, timeout=60,
                    input="".join(f"netns delete {h}\n" for h in manifest.netns_handles))
-        left = [h for h in manifest.netns_handles if os.path.lexists(NETNS_DIR / h)]
-        if left:  # the caller keeps the manifest, so that a later clean-up tries again
-            raise TestbedError(f"ip netns handles still there: {', '.join(left)}")
+    stuck = [h for h in manifest.netns_handles if os.path.lexists(NETNS_DIR / h)]
     for name, pid in manifest.switches.items():
         if is_mininet_shell(pid, name):
             kill_pids([pid])
@@ -457,6 +457,8 @@ def remove_leftovers(manifest: Manifest, runner: CommandRunner, fresh: bool = Tr
                 report.setdefault("bridges", []).append(br)
             else:
                 report.setdefault("untagged", []).append(f"bridge {br}")
+    if stuck:  # after the rest: the caller keeps the manifest for a later clean-up
+        raise TestbedError(f"ip netns handles still there: {', '.join(stuck)}")
     return report
 
 
