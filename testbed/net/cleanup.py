@@ -45,7 +45,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from testbed.core.commands import CommandRunner, in_parallel
+from testbed.core.commands import CommandRunner
 from testbed.core.errors import InputError, TestbedError
 from testbed.core.safefiles import atomic_write_text
 from testbed.core.statedir import (  # noqa: F401
@@ -54,35 +54,19 @@ from testbed.core.statedir import (  # noqa: F401
     process_start_time,
     state_dir,
 )
+from testbed.net.netns import (
+    NETNS_DIR,
+    NODE_NAME,
+    ShellRef,
+    destroy_sockets,
+    destroy_sockets_in,
+    netns_handle,
+)
 from testbed.net.tags import TAG_RE, bridge_labels, label_of, link_aliases, new_tag, nft_comments
 
 MANIFEST = "network.json"
-NETNS_DIR = Path("/run/netns")  # where `ip netns` keeps its handles (bind mounts)
-NODE_NAME = r"[A-Za-z0-9_.-]{1,64}"  # the nodes whose namespace gets a handle
 
 
-def this_process() -> list[int]:
-    """[pid, start time] of this process (a manifest's ``owner``); [] if unreadable."""
-    start = process_start_time(os.getpid())
-    return [os.getpid(), start] if start is not None else []
-
-
-def handle_inode(manifest: Manifest, node: str) -> int | None:
-    """The namespace inode behind the manifest's ``ip netns`` handle on node, if it has
-    one (after a SIGKILL the shells are gone: the handle still names the namespace, so
-    the processes the dead run left in it -- captures, flow tools -- can be ended)."""
-    name = netns_handle(manifest.tag, node)
-    if name not in manifest.netns_handles:
-        return None
-    try:
-        return os.stat(NETNS_DIR / name).st_ino
-    except OSError:
-        return None
-
-
-def netns_handle(tag: str, node: str) -> str:
-    """The ``ip netns`` name under which a network with tag holds node's namespace."""
-    return f"tb-{tag}-{node}"
 def state_copy(path: Path) -> Path:
     """Where the trusted copy of the manifest written to path lives (in `state_dir`)."""
     key = hashlib.sha256(str(Path(os.path.abspath(path))).encode()).hexdigest()[:32]
@@ -295,90 +279,17 @@ def keep_ovs_state(runner: CommandRunner, dest: Path) -> None:
             (dest / "ovs-controllers.txt").write_text(f"could not read OVS state: {exc}\n")
 
 
-@dataclass(frozen=True)
-class ShellRef:
-    """A namespace to run a command in: its node's name and its Mininet shell's PID."""
-
-    name: str
-    pid: int
-
-
-# every TCP socket of a namespace, listening and orphaned ones included (an orphan has no
-# process left to signal; TIME_WAIT entries hold nothing and are skipped by the kernel)
-DESTROY_SOCKETS = ["ss", "-K", "-H", "-t", "-a"]
-DESTROY_MPTCP = ["ss", "-K", "-H", "-M", "-a"]
-
-
-TIME_WAIT = "06"  # /proc/net/tcp's `st` column
-
-
-def live_sockets(pid: int, proc: Path = Path("/proc")) -> int:
-    """TCP sockets (IPv4 and IPv6) in pid's network namespace other than TIME_WAIT ones,
-    from ``/proc/<pid>/net/tcp*`` (read from here: no program starts); 0 if pid is gone."""
-    n = 0
-    for name in ("tcp", "tcp6"):
-        try:
-            with open(proc / str(pid) / "net" / name) as f:
-                rows = f.read().splitlines()[1:]
-        except OSError:
-            continue
-        n += sum(1 for row in rows if len(row.split()) > 3 and row.split()[3] != TIME_WAIT)
-    return n
-
-
-def destroy_sockets(runner: CommandRunner, shells: Sequence[ShellRef]) -> list[str]:
-    """Destroy (``ss -K``: SOCK_DESTROY, an RST to the peer) the TCP sockets left in each
-    namespace once its processes are gone; returns ``"<node>: <n>"`` for each that had
-    some.  What holds them otherwise: a connection whose process died with data unsent
-    keeps retrying for minutes, and with it the congestion control it uses (a BPF one
-    stays in the kernel until then, docs/coupled_cc.md) and, after a kept network's run,
-    its packets reach the next run (docs/fidelity.md, section 2b).  MPTCP subflows are TCP
-    sockets and go with them.  ``ss`` runs only where `live_sockets` finds some (after a
-    run that closed its connections: nowhere).  Never raises: a kernel without
-    CONFIG_INET_DIAG_DESTROY leaves them, as before."""
-    def one(ref: ShellRef) -> str | None:
-        if not live_sockets(ref.pid):
-            return None
-        try:
-            res = runner.run(DESTROY_SOCKETS, host=ref, check=False, timeout=30)
-        except TestbedError:
-            return None
-        n = len([line for line in res.stdout.splitlines() if line.strip()])
-        return f"{ref.name}: {n}" if n else None
-    return [r for r in in_parallel(one, list(shells)) if r]
-
-
-# a namespace's default congestion control holds a reference on it (for a BPF one, on
-# its struct_ops map) until the namespace goes or the default changes; Reno is built in
-RESET_DEFAULT_CC = ["sysctl", "-q", "-w", "net.ipv4.tcp_congestion_control=reno"]
-
-
-def destroy_sockets_in(runner: CommandRunner, handles: Sequence[str]) -> list[str]:
-    """Through ``ip netns`` handles (namespaces no process is left in): set the default
-    congestion control back to Reno, then `destroy_sockets`; returns ``"<handle>: <n>"``
-    for each that had sockets.  After a SIGKILL a namespace may outlive its processes
-    (an MPTCP connection, which ``ss -K`` cannot end, holds it for a while), and with it
-    the BPF control a run made its default."""
-    def one(handle: str) -> str | None:
-        try:
-            runner.run(["ip", "netns", "exec", handle, *RESET_DEFAULT_CC], check=False,
-                       timeout=30)
-            res = runner.run(["ip", "netns", "exec", handle, *DESTROY_SOCKETS], check=False,
-                             timeout=30)
-            # MPTCP connections: ended too where the kernel can (its MPTCP diag may not
-            # support SOCK_DESTROY), then counted: one left keeps its subflows' control
-            runner.run(["ip", "netns", "exec", handle, *DESTROY_MPTCP], check=False,
-                       timeout=30)
-            left = runner.run(["ip", "netns", "exec", handle, "ss", "-H", "-M", "-a"],
-                              check=False, timeout=30, record=False)
-        except TestbedError:
-            return None
-        mptcp = len([line for line in left.stdout.splitlines() if line.strip()])
-        n = len([line for line in res.stdout.splitlines() if line.strip()])
-        if not n and not mptcp:
-            return None
-        return f"{handle}: {n}" + (f", {mptcp} MPTCP connection(s) left" if mptcp else "")
-    return [r for r in in_parallel(one, list(handles)) if r]
+def handle_inode(manifest: Manifest, node: str) -> int | None:
+    """The namespace inode behind the manifest's ``ip netns`` handle on node, if it has
+    one (after a SIGKILL the shells are gone: the handle still names the namespace, so
+    the processes the dead run left in it -- captures, flow tools -- can be ended)."""
+    name = netns_handle(manifest.tag, node)
+    if name not in manifest.netns_handles:
+        return None
+    try:
+        return os.stat(NETNS_DIR / name).st_ino
+    except OSError:
+        return None
 
 
 def is_mininet_shell(pid: int, node: str) -> bool:
@@ -503,40 +414,12 @@ def cleanup_from_manifest(path: Path, runner: CommandRunner | None = None
         if not same:
             report["untrusted"] = [f"{path}: differs from the testbed's own copy; "
                                    "only the copy was used"]
-    report.update(_remove_dead(manifest, runner))
+    report.update(remove_dead(manifest, runner))
     copy.unlink(missing_ok=True)
     return report
 
 
-def recover_dead_networks(runner: CommandRunner | None = None) -> dict[str, dict[str, list[str]]]:
-    """Clean up every network in the state directory whose creating process is gone
-    (its manifest's ``owner`` pid no longer has the recorded start time): what a SIGKILL
-    left, for a sweep that is never resumed.  Networks of running processes, and
-    manifests without an owner (written before owners were recorded), are left alone;
-    a manifest that cannot be read is reported and kept.  Returns what was removed, by
-    network tag."""
-    runner = runner or CommandRunner()
-    out: dict[str, dict[str, list[str]]] = {}
-    folder = state_dir() / "networks"
-    for copy in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-        try:
-            manifest = Manifest.read(copy)
-        except InputError as exc:
-            out[copy.stem] = {"unreadable": [str(exc)]}
-            continue
-        if len(manifest.owner) != 2 or process_start_time(manifest.owner[0]) == \
-                manifest.owner[1]:
-            continue
-        try:
-            out[manifest.tag or copy.stem] = _remove_dead(manifest, runner)
-        except TestbedError as exc:
-            out[manifest.tag or copy.stem] = {"error": [str(exc)]}
-            continue
-        copy.unlink(missing_ok=True)
-    return out
-
-
-def _remove_dead(manifest: Manifest, runner: CommandRunner) -> dict[str, list[str]]:
+def remove_dead(manifest: Manifest, runner: CommandRunner) -> dict[str, list[str]]:
     """`remove_leftovers` of a dead process's network, its recorded processes and its
     nftables tables."""
     report = remove_leftovers(manifest, runner, fresh=False)

@@ -48,11 +48,12 @@ from testbed.core.commands import CommandRunner, in_parallel
 from testbed.core.errors import InputError, RunError
 from testbed.core.recording import recording
 from testbed.net import bringup, nftables
-from testbed.net.cleanup import NODE_NAME, keep_ovs_state, netns_handle, this_process
+from testbed.net.cleanup import keep_ovs_state
 from testbed.net.hoststate import HostBaseline, cold_cache_commands
 from testbed.net.linkstate import BatchShells, LinkState, setup_commands
 from testbed.net.mininet_net import make_mininet
 from testbed.net.monitor import LinkCounter, link_counters
+from testbed.net.netns import NODE_NAME, netns_handle, this_process
 from testbed.net.nettypes import ControllerHook, MnNet, MnNode
 from testbed.net.record import NetworkRecord
 from testbed.net.schedule import SchedulePlayer
@@ -98,7 +99,7 @@ class Network:
         self.mn: MnNet | None = None
         self.record = NetworkRecord(Path(workdir) if workdir is not None else None)
         # who made it: a later process cleans it up once this one is gone
-        # (`testbed.net.cleanup.recover_dead_networks`)
+        # (`testbed.run.recovery.recover_dead_networks`)
         if not recording(self.runner):
             self.record.manifest.owner = this_process()
         self.shells = BatchShells(self.node)

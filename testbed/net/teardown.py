@@ -20,14 +20,13 @@ from testbed.core.commands import CommandRunner
 from testbed.core.errors import CommandError
 from testbed.net.cleanup import (
     Manifest,
-    ShellRef,
     deferred_interrupt,
-    destroy_sockets,
     kill_pids,
     parse_link_names,
     pids_in_netns,
     remove_leftovers,
 )
+from testbed.net.netns import ShellRef, destroy_sockets
 from testbed.net.nettypes import MnLink, MnNet
 
 SignalHandler = Callable[[int, FrameType | None], object] | int | signal.Handlers | None

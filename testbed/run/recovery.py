@@ -3,7 +3,9 @@
 Two places hold such a manifest: a bundle still marked ``running`` (its network's
 ``logs/network/network.json``: `recover_bundle`, called when a sweep resumes) and a
 study's output folder while a network waited there between two runs
-(``_kept-network.json``: `testbed.run.reuse.NetworkKeeper`).  What is removed comes from
+(``_kept-network.json``: `testbed.run.reuse.NetworkKeeper`).  `recover_dead_networks`
+finds the rest: every network in the state directory whose creating process is gone.
+What is removed comes from
 the trusted copy in the testbed's state directory alone, never from the file in the
 output folder (`testbed.net.cleanup.cleanup_from_manifest`).  The coupled congestion
 controls a dead run left registered are released too, by the state directory's records
@@ -48,3 +50,36 @@ def recover_bundle(bundle: Bundle) -> dict[str, list[str]]:
     if released:
         report["coupled_cc"] = released
     return report
+
+
+def recover_dead_networks(runner: CommandRunner | None = None
+                          ) -> dict[str, dict[str, list[str]]]:
+    """Clean up every network in the state directory whose creating process is gone
+    (its manifest's ``owner`` pid no longer has the recorded start time): what a SIGKILL
+    left, for a sweep that is never resumed.  Networks of running processes, and
+    manifests without an owner (written before owners were recorded), are left alone;
+    a manifest that cannot be read is reported and kept.  Returns what was removed, by
+    network tag."""
+    from testbed.core.errors import InputError, TestbedError
+    from testbed.core.statedir import process_start_time, state_dir
+    from testbed.net.cleanup import Manifest, remove_dead
+
+    runner = runner or CommandRunner()
+    out: dict[str, dict[str, list[str]]] = {}
+    folder = state_dir() / "networks"
+    for copy in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            manifest = Manifest.read(copy)
+        except InputError as exc:
+            out[copy.stem] = {"unreadable": [str(exc)]}
+            continue
+        if len(manifest.owner) != 2 or process_start_time(manifest.owner[0]) == \
+                manifest.owner[1]:
+            continue
+        try:
+            out[manifest.tag or copy.stem] = remove_dead(manifest, runner)
+        except TestbedError as exc:
+            out[manifest.tag or copy.stem] = {"error": [str(exc)]}
+            continue
+        copy.unlink(missing_ok=True)
+    return out

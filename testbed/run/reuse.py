@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 from testbed.core.commands import CommandRunner
 from testbed.core.recording import recording
 from testbed.plan.transport import uses_mptcp
-from testbed.run.recovery import recover_network
+from testbed.run.recovery import recover_dead_networks, recover_network
 from testbed.spec.experiment import Experiment
 
 if TYPE_CHECKING:
@@ -233,7 +233,7 @@ class NetworkKeeper:
     def _recover(self, runner: CommandRunner) -> dict[str, list[str]]:
         """Once per keeper: remove a network an earlier process kept and never stopped
         (`testbed.run.recovery`), and every network whose creating process is gone
-        (`testbed.net.cleanup.recover_dead_networks`: a SIGKILLed sweep never resumed;
+        (`testbed.run.recovery.recover_dead_networks`: a SIGKILLed sweep never resumed;
         not in a dry run), the latter under ``dead_networks`` (``<tag>: <what>``), with
         the BPF controls dead runs left registered (``coupled_cc``)."""
         if self._recovered:
@@ -246,8 +246,6 @@ class NetworkKeeper:
             path.unlink(missing_ok=True)
         if not recording(runner):
             from testbed.host.coupled.loader import release_stale
-            from testbed.net.cleanup import recover_dead_networks
-
             released = release_stale(runner)  # BPF controls dead runs left registered
             if released:
                 report["coupled_cc"] = released

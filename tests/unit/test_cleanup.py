@@ -12,6 +12,8 @@ import pytest
 
 from testbed.core.errors import InputError
 from testbed.net import cleanup as cl
+from testbed.net import netns
+from testbed.run.recovery import recover_dead_networks
 
 
 def test_manifest_round_trip(tmp_path: Path) -> None:
@@ -261,11 +263,11 @@ def test_live_sockets_skips_time_wait_and_a_gone_process(tmp_path: Path) -> None
     (net / "tcp").write_text("\n".join([TCP_HEADER, _tcp_row("04"), _tcp_row("0A"),
                                         _tcp_row("06")]) + "\n")
     (net / "tcp6").write_text(TCP_HEADER + "\n" + _tcp_row("01") + "\n")
-    assert cl.live_sockets(42, proc=tmp_path) == 3
+    assert netns.live_sockets(42, proc=tmp_path) == 3
     (net / "tcp").write_text(TCP_HEADER + "\n" + _tcp_row("06") + "\n")
     (net / "tcp6").write_text(TCP_HEADER + "\n")
-    assert cl.live_sockets(42, proc=tmp_path) == 0
-    assert cl.live_sockets(43, proc=tmp_path) == 0
+    assert netns.live_sockets(42, proc=tmp_path) == 0
+    assert netns.live_sockets(43, proc=tmp_path) == 0
 
 
 def test_destroy_sockets_runs_ss_only_where_sockets_are_left(
@@ -274,23 +276,23 @@ def test_destroy_sockets_runs_ss_only_where_sockets_are_left(
         def __init__(self) -> None:
             self.calls: list[tuple[list[str], str]] = []
 
-        def run(self, argv: list[str], host: cl.ShellRef, check: bool, timeout: float
+        def run(self, argv: list[str], host: netns.ShellRef, check: bool, timeout: float
                 ) -> subprocess.CompletedProcess[str]:
             self.calls.append((argv, host.name))
             return subprocess.CompletedProcess(argv, 0, "ESTAB 0 0 10.0.1.1:50000 x\n"
                                                "FIN-WAIT-1 0 9 10.0.2.1:50001 y\n", "")
 
-    monkeypatch.setattr(cl, "live_sockets", lambda pid: {10: 2, 11: 0}.get(pid, 0))
+    monkeypatch.setattr(netns, "live_sockets", lambda pid: {10: 2, 11: 0}.get(pid, 0))
     runner = Runner()
-    out = cl.destroy_sockets(runner, [cl.ShellRef("client", 10),  # type: ignore[arg-type]
-                                      cl.ShellRef("server", 11)])
-    assert runner.calls == [(cl.DESTROY_SOCKETS, "client")]
+    out = netns.destroy_sockets(runner, [netns.ShellRef("client", 10),  # type: ignore[arg-type]
+                                      netns.ShellRef("server", 11)])
+    assert runner.calls == [(netns.DESTROY_SOCKETS, "client")]
     assert out == ["client: 2"]
 
 
 def test_manifest_netns_handles_must_carry_its_own_tag(tmp_path: Path) -> None:
     m = cl.Manifest(hosts={"client": 10}, netns={"client": 4026532000}, tag="0123456789abcdef",
-                    netns_handles=[cl.netns_handle("0123456789abcdef", "client")])
+                    netns_handles=[netns.netns_handle("0123456789abcdef", "client")])
     m.write(tmp_path / "network.json")
     assert cl.Manifest.read(tmp_path / "network.json").netns_handles == [
         "tb-0123456789abcdef-client"]
@@ -305,7 +307,7 @@ def test_manifest_netns_handles_must_carry_its_own_tag(tmp_path: Path) -> None:
 
 def test_handles_of_hosts_with_a_dash_are_read_back(tmp_path: Path) -> None:
     tag = "0123456789abcdef"
-    m = cl.Manifest(hosts={"h-1": 10}, tag=tag, netns_handles=[cl.netns_handle(tag, "h-1")],
+    m = cl.Manifest(hosts={"h-1": 10}, tag=tag, netns_handles=[netns.netns_handle(tag, "h-1")],
                     owner=[10, 20])
     m.write(tmp_path / "network.json")
     back = cl.Manifest.read(tmp_path / "network.json")
@@ -321,7 +323,7 @@ def test_handles_of_hosts_with_a_dash_are_read_back(tmp_path: Path) -> None:
 def test_dead_networks_are_cleaned_up_and_live_ones_left(tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(cl.STATE_DIR_ENV, str(tmp_path / "state"))
-    me = cl.this_process()
+    me = netns.this_process()
     assert me and me[0] == os.getpid()
     dead = cl.Manifest(tag="aaaaaaaaaaaaaaaa", interfaces=["x-eth0"], owner=[me[0], me[1] + 1])
     live = cl.Manifest(tag="bbbbbbbbbbbbbbbb", interfaces=["y-eth0"], owner=me)
@@ -333,8 +335,8 @@ def test_dead_networks_are_cleaned_up_and_live_ones_left(tmp_path: Path,
     def remove(manifest: cl.Manifest, runner: object) -> dict[str, list[str]]:
         removed.append(manifest.tag)
         return {"interfaces": list(manifest.interfaces)}
-    monkeypatch.setattr(cl, "_remove_dead", remove)
-    out = cl.recover_dead_networks(runner=object())  # type: ignore[arg-type]
+    monkeypatch.setattr(cl, "remove_dead", remove)
+    out = recover_dead_networks(runner=object())  # type: ignore[arg-type]
     assert removed == ["aaaaaaaaaaaaaaaa"]
     assert out == {"aaaaaaaaaaaaaaaa": {"interfaces": ["x-eth0"]}}
     assert not cl.state_copy(tmp_path / "dead" / "network.json").exists()
@@ -346,7 +348,7 @@ def test_remove_leftovers_ends_processes_then_sockets_then_shells_then_handles(
         monkeypatch: pytest.MonkeyPatch) -> None:
     tag = "0123456789abcdef"
     m = cl.Manifest(hosts={"client": 10, "server": 11}, netns={"client": 100, "server": 101},
-                    tag=tag, netns_handles=[cl.netns_handle(tag, "client")])
+                    tag=tag, netns_handles=[netns.netns_handle(tag, "client")])
     order: list[str] = []
     monkeypatch.setattr(cl, "is_mininet_shell", lambda pid, name: pid == 10)  # server's gone
     monkeypatch.setattr(cl, "netns_inode", lambda pid: {10: 100, 11: 101}.get(pid))
@@ -376,7 +378,7 @@ def test_remove_leftovers_ends_processes_then_sockets_then_shells_then_handles(
 def test_a_handle_that_stays_is_an_error_so_the_manifest_is_kept(
         monkeypatch: pytest.MonkeyPatch) -> None:
     tag = "0123456789abcdef"
-    m = cl.Manifest(tag=tag, netns_handles=[cl.netns_handle(tag, "client")])
+    m = cl.Manifest(tag=tag, netns_handles=[netns.netns_handle(tag, "client")])
     monkeypatch.setattr(cl.os.path, "lexists", lambda p: str(p).endswith("-client"))
     monkeypatch.setattr(cl, "destroy_sockets_in", lambda runner, handles: [])
 
@@ -392,9 +394,9 @@ def test_a_handle_names_its_namespace_only_when_the_manifest_lists_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     tag = "0123456789abcdef"
     monkeypatch.setattr(cl, "NETNS_DIR", tmp_path)
-    (tmp_path / cl.netns_handle(tag, "client")).write_text("")
-    (tmp_path / cl.netns_handle(tag, "server")).write_text("")
-    m = cl.Manifest(tag=tag, netns_handles=[cl.netns_handle(tag, "client")])
+    (tmp_path / netns.netns_handle(tag, "client")).write_text("")
+    (tmp_path / netns.netns_handle(tag, "server")).write_text("")
+    m = cl.Manifest(tag=tag, netns_handles=[netns.netns_handle(tag, "client")])
     assert cl.handle_inode(m, "client") == (tmp_path / f"tb-{tag}-client").stat().st_ino
     assert cl.handle_inode(m, "server") is None     # a handle it did not make
     assert cl.handle_inode(m, "router") is None
