@@ -39,9 +39,9 @@ REQUIRED: dict[str, list[tuple[str, str]]] = {
     "p0_wifi_3g": [("", "MPTCP over WiFi + 3G beats the best single path")],
     "p1_fattree_spray": [("", "spraying delivers some short-flow packets out of order")],
     "p2_three_paths": [("", "10 % loss per direction shows as ping loss")],
-    # issue 18: TCP/mm waits for its backed-off timer (0.87 s on 2026-11-27), IE does not
-    "p3_handover": [("case2_long_outage", "Immediate Expiration gets more of the ideal than "
-                     "TCP/mm after a 3.5 s outage")],
+    # issue 18's timing (TCP/mm waits for its backed-off timer, the schemes do not) is
+    # asserted on the captures by test_p3_handover_schemes
+    "p3_handover": [],
     "p4_rbuf_blocking": [("", "a 64 KiB receive buffer lowers the aggregate")],
 }
 # claims our testbed does not show reliably: evaluated, their values recorded, not
@@ -67,7 +67,11 @@ DOCUMENTED: dict[str, list[tuple[str, str]]] = {
                     # schemes" gives the ratios and why
                     ("case1_wlan_to_imt", "Bandwidth-Aware gets more of the ideal"),
                     ("case1_imt_to_wired", "Bandwidth-Aware gets more of the ideal"),
-                    ("case2_long_outage", "Bandwidth-Aware gets more of the ideal")],
+                    ("case2_long_outage", "Bandwidth-Aware gets more of the ideal"),
+                    # Table 4's window holds 1.5 s of the 384 kbit/s link (72 KB), and one
+                    # cumulative ACK of data the receiver held is up to 75 KB: per-run
+                    # shares 3.5-104.7 %; and Linux's undo can stall the restart (README)
+                    ("case2_long_outage", "Immediate Expiration gets more of the ideal")],
 }
 
 
@@ -385,15 +389,23 @@ def test_p3_handover_schemes(studies_out: Path) -> None:
         # the program logged the restart (its `path`, printed, tells how it saw it; a
         # timer that fires between the ICMP's retransmission and its ACK shows as "timer")
         (rec,) = [r for r in restarts(run) if r["gen"] == 1]
-        # restarted in slow start: the first window sampled after the restart lies below
-        # the ssthresh the restart left and the window grows from there.  (Not "at most 4
-        # segments": a cumulative ACK that fills a hole acknowledges what the receiver
-        # held beyond it, and slow start adds every segment it acknowledges: in a CI run
-        # of 2026-11-27 the first sample, 0.37 s after the restart, read 12 of 26.)
+        # restarted in slow start: the restart leaves cwnd 1 (docs/handover.md); the first
+        # window sampled after it lies below the ssthresh the restart left (the kernel's
+        # own test of slow start), and the windows up to the next loss event (a sample
+        # below the one before it) grew from that 1 segment.  (Not "at most 4 segments": a
+        # cumulative ACK that fills a hole acknowledges what the receiver held beyond it,
+        # and slow start adds every segment it acknowledges: in a CI run of 2026-11-27
+        # the first sample, 0.37 s after the restart, read 12 of 26.  Nor "grows between
+        # two samples": the sampler reads every 0.25-0.3 s under software emulation, and
+        # in a later CI run the samples read 18, 18, then 1, a timeout 0.5 s after the
+        # restart, with ssthresh 25.)
         seen = cwnd_after(run, first, first + 1.5)
         print(f"FIGURES P3 immediate-expiration {run.name}: path {rec['path']}, ssthresh "
               f"{rec['ssthresh']}, cwnd samples after the restart {seen}")
-        assert seen and seen[0] < rec["ssthresh"] and max(seen) > seen[0], (run.name, seen)
+        assert seen, run.name
+        ramp = seen[:next((i for i in range(1, len(seen)) if seen[i] < seen[i - 1]),
+                          len(seen))]
+        assert ramp[0] < rec["ssthresh"] and max(ramp) > 1, (run.name, seen, rec)
     for run in by["bandwidth-aware"]:
         _rtt, bdp = new_path_rtt_bdp(run)
         (rec,) = [r for r in restarts(run) if r["gen"] == 1]
