@@ -105,6 +105,14 @@ def restarts(run: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def second_restarts(run: Path) -> list[dict[str, Any]]:
+    """The notifier's second restart ICMPs (``samples/handover-signal.jsonl`` lines with
+    ``undone``: Linux had undone the socket's restart, docs/handover.md)."""
+    f = run / "samples" / "handover-signal.jsonl"
+    lines = f.read_text().splitlines() if f.exists() else []
+    return [r for r in map(json.loads, lines) if "undone" in r]
+
+
 def cwnd_after(run: Path, t_from: float, t_to: float) -> list[int]:
     """The sender's cwnd samples (segments) between t_from and t_to (epoch seconds)."""
     host, sport = _sender(run)

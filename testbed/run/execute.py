@@ -228,8 +228,10 @@ def _handover_done(handover: Any, net: Any, runner: CommandRunner) -> dict[str, 
     (``net.ipv4.route.flush`` drops the namespace's cached route exceptions)."""
     in_parallel(lambda host: runner.run(["ip", "route", "flush", "cache"], host=host,
                                         check=False), list(handover.hosts))
-    return {"notifications": len(handover.records),
-            "sockets_signalled": sum(len(r["sockets"]) for r in handover.records),
+    notes = [r for r in handover.records if "sockets" in r]
+    return {"notifications": len(notes),
+            "sockets_signalled": sum(len(r["sockets"]) for r in notes),
+            "undone_resent": sum("undone" in r for r in handover.records),
             "errors": [e for r in handover.records for e in r["errors"].values()]}
 
 

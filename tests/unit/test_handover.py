@@ -24,7 +24,7 @@ from testbed.host.handover.icmp import (
     signal_value,
 )
 from testbed.host.handover.log import parse_handover_dump
-from testbed.host.handover.notifier import is_handoff
+from testbed.host.handover.notifier import is_handoff, undone_restarts
 from testbed.plan.transport import transport_settings
 from testbed.run.preflight import bpf_ccs
 from testbed.spec.load import load_spec
@@ -90,9 +90,11 @@ def sock(**kw: Any) -> SockState:
 def test_a_published_socket_is_decoded_from_the_map_bytes() -> None:
     key = KEY.pack(bytes([10, 0, 1, 1]), bytes([10, 0, 100, 1]), (43464).to_bytes(2, "big"),
                    (5001).to_bytes(2, "big"))
-    value = SOCK.pack(3479545, 3579545, 1448, 32, 69, 4, 5)
+    value = SOCK.pack(3479545, 3579545, 1448, 32, 69, 4, 5, 0, 0)
     assert decode_sock(key, value) == sock()
-    assert len(value) == 32 and len(key) == 12  # struct ho_sock, struct ho_key
+    assert len(value) == 40 and len(key) == 12  # struct ho_sock, struct ho_key
+    undone = SOCK.pack(3479545, 3579545, 1448, 32, 69, 0, 5, 3, 0)
+    assert decode_sock(key, undone) == sock(ca_state=0, undone_gen=3)
     assert struct.unpack("<QQ", signal_value(3, 77)) == (3, 77)
 
 
@@ -114,6 +116,35 @@ def test_the_restart_icmp_quotes_the_oldest_unacknowledged_byte() -> None:
 def test_only_sockets_with_data_in_flight_are_restarted() -> None:
     assert sock().in_flight
     assert not sock(packets_out=0, snd_nxt=3479545).in_flight
+
+
+class FakeSocks:
+    """``ho_socks`` as the notifier's watcher reads it (keys, lookup), from states."""
+
+    def __init__(self, states: list[SockState]):
+        self.map = {KEY.pack(*(bytes(int(x) for x in a.split(".")) for a in
+                               (s.saddr, s.daddr)), s.sport.to_bytes(2, "big"),
+                             s.dport.to_bytes(2, "big")):
+                    SOCK.pack(s.snd_una, s.snd_nxt, s.mss, s.hdr_len, s.packets_out,
+                              s.ca_state, s.t_ns, s.undone_gen, 0) for s in states}
+
+    def keys(self) -> list[bytes]:
+        return list(self.map)
+
+    def lookup(self, key: bytes) -> bytes | None:
+        return self.map.get(key)
+
+
+def test_a_socket_whose_restart_linux_undid_is_restarted_once_more() -> None:
+    undone = sock(sport=1, ca_state=0, undone_gen=2)
+    socks = FakeSocks([undone, sock(sport=2), sock(sport=3, undone_gen=1),
+                       sock(sport=4, undone_gen=2, packets_out=0, snd_nxt=3479545)])
+    # only the socket of this hand-off (2), with data in flight, not yet sent again
+    assert undone_restarts(socks, 2, set()) == [undone]
+    assert undone_restarts(socks, 2, {("10.0.1.1", 1, "10.0.100.1", 5001)}) == []
+    assert undone_restarts(socks, 1, set()) == [sock(sport=3, undone_gen=1)]
+    # the program keeps the generation's low 32 bits
+    assert undone_restarts(FakeSocks([sock(undone_gen=5)]), 2**32 + 5, set())
 
 
 def test_the_sender_hears_of_an_interface_when_it_is_there() -> None:
@@ -157,7 +188,8 @@ def _rec(**kw: int) -> dict[str, Any]:
                     "sport": int.from_bytes((43464).to_bytes(2, "big"), "little"),
                     "dport": int.from_bytes((5001).to_bytes(2, "big"), "little")},
             "scheme": 2, "path": 2, "ca_state": 4, "cwnd_before": 1, "ssthresh_before": 25,
-            "mss": 1448, "rtt_us": 150000, "lag_us": 30000, "acked": 1448, "ssthresh": 5}
+            "mss": 1448, "rtt_us": 150000, "lag_us": 30000, "acked": 1448, "ssthresh": 5,
+            "undone": 1}
     return {**base, **kw}
 
 
@@ -172,7 +204,7 @@ def test_the_log_gives_each_hand_off_with_its_estimate() -> None:
     assert (r["scheme"], r["path"], r["ssthresh"]) == ("bandwidth-aware", "loss", 5)
     assert r["bw_bps"] == round(1448 * 8 / 0.03)   # one segment per 30 ms: 386 kbit/s
     assert r["t_signal"] == 101.0 and r["t_done"] == 102.0
-    assert r["t_seen"] == 101.145 and r["una_seen"] == 7
+    assert r["t_seen"] == 101.145 and r["una_seen"] == 7 and r["undone"] == 1
     ie = parse_handover_dump(json.dumps([{"key": 0, "value": _rec(scheme=1, path=1)}]),
                              "reno_ie", 0.0)[0]
     assert ie["scheme"] == "immediate-expiration" and "bw_bps" not in ie

@@ -18,7 +18,7 @@ import struct
 from dataclasses import dataclass
 
 KEY = struct.Struct("<4s4s2s2s")           # struct ho_key: addresses and ports as on the wire
-SOCK = struct.Struct("<IIIIIIQ")           # struct ho_sock
+SOCK = struct.Struct("<IIIIIIQII")         # struct ho_sock
 SIGNAL = struct.Struct("<QQ")              # struct ho_signal
 MTU_STEP = 8                               # bytes the segment size shrinks per hand-off
 MIN_PMTU = 552                             # net.ipv4.route.min_pmtu's default
@@ -40,6 +40,7 @@ class SockState:
     packets_out: int
     ca_state: int
     t_ns: int
+    undone_gen: int = 0  # the hand-off (low 32 bits) whose restart Linux undid; 0: none
 
     @property
     def in_flight(self) -> bool:
@@ -59,10 +60,10 @@ class SockState:
 def decode_sock(key: bytes, value: bytes) -> SockState:
     """A ``ho_socks`` entry (raw key and value bytes) as a `SockState`."""
     saddr, daddr, sport, dport = KEY.unpack(key[:KEY.size])
-    una, nxt, mss, hdr, pout, state, t_ns = SOCK.unpack(value[:SOCK.size])
+    una, nxt, mss, hdr, pout, state, t_ns, undone, _pad = SOCK.unpack(value[:SOCK.size])
     return SockState(str(ipaddress.IPv4Address(saddr)), str(ipaddress.IPv4Address(daddr)),
                      int.from_bytes(sport, "big"), int.from_bytes(dport, "big"),
-                     una, nxt, mss, hdr, pout, state, t_ns)
+                     una, nxt, mss, hdr, pout, state, t_ns, undone)
 
 
 def signal_value(gen: int, t_ns: int) -> bytes:

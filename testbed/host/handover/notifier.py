@@ -8,7 +8,10 @@ At every schedule event that brings a link (back) up or changes its shape, `noti
 CLOCK_MONOTONIC time), (2) reads ``ho_socks`` for the sockets with data in flight,
 (3) has the agent in each sender's namespace (`testbed.host.handover.agent`) send each of
 its sockets the restart ICMP (`testbed.host.handover.icmp`) and (4) sets the signal's
-time to when the first ICMP went out.  Map access is in-process
+time to when the first ICMP went out.  Then (5) a watcher thread follows ``ho_socks`` for
+`UNDO_WATCH_S`: a socket whose restart Linux undid (the program publishes
+``undone_gen``, see ``ho_undo_cwnd`` in ``bpf/handover.h``) is sent the ICMP once more,
+which marks its segments lost again.  Map access is in-process
 (`testbed.host.handover.bpfmap`) and the agents are started before the run's clock, so a
 hand-off reaches the senders within milliseconds.  Each notification is one line of
 ``samples/handover-signal.jsonl``::
@@ -16,6 +19,9 @@ hand-off reaches the senders within milliseconds.  Each notification is one line
     {"gen": 1, "t": 1700000003.51, "t_mono_ns": 123, "link": "access",
      "sockets": [{"src": ..., "sport": ..., "seq": ..., "mss": 1448, "mtu": 1480}],
      "sent": {"client": [...]}, "errors": {}}
+
+and each second ICMP one more line, ``{"gen": 1, "undone": {...the socket...}, "t": ...,
+"sent": {...}, "errors": {...}}``.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import json
 import select
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,11 +44,16 @@ from testbed.core.errors import CommandError, MissingFeatureError
 from testbed.core.process import Process
 from testbed.core.transcript import Namespaced, TranscriptEntry, in_namespace
 from testbed.host.handover.bpfmap import BpfMap
-from testbed.host.handover.icmp import decode_sock, signal_value
+from testbed.host.handover.icmp import SockState, decode_sock, signal_value
 from testbed.spec.model import ScheduleEvent
 
 READY_TIMEOUT_S = 120.0   # the agent imports scapy: seconds under software emulation
 REPLY_TIMEOUT_S = 5.0
+# how long after a hand-off an undo of its restart is watched for: the undo comes with the
+# restart's first ACK, one round trip of the new path (0.14 s on P3's IMT-2000 link; a
+# 3.5 s outage leaves the receiver's ACKs no later)
+UNDO_WATCH_S = 3.0
+UNDO_POLL_S = 0.005
 
 
 def is_handoff(event: ScheduleEvent) -> bool:
@@ -50,6 +62,27 @@ def is_handoff(event: ScheduleEvent) -> bool:
     interface when it is there)."""
     return event.down is not True and (event.down is False or event.bw is not None
                                        or event.delay is not None)
+
+
+def undone_restarts(socks: Any, gen: int, done: set[tuple[str, int, str, int]]
+                    ) -> list[SockState]:
+    """The sockets in ``ho_socks`` (anything with ``keys`` and ``lookup``) whose restart
+    of hand-off gen Linux undid, that still have data in flight and are not in done."""
+    out = []
+    for key in list(socks.keys()):
+        value = socks.lookup(key)
+        if value is None:
+            continue
+        st = decode_sock(key, value)
+        if st.undone_gen == gen & 0xFFFFFFFF and st.in_flight and \
+                (st.saddr, st.sport, st.daddr, st.dport) not in done:
+            out.append(st)
+    return out
+
+
+def _outcome(replies: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return {"sent": {h: r.get("sent", []) for h, r in replies.items()},
+            "errors": {h: r["error"] for h, r in replies.items() if "error" in r}}
 
 
 class _Agent:
@@ -117,6 +150,9 @@ class HandoverNotifier:
         self.records: list[dict[str, Any]] = []
         self._maps: dict[str, BpfMap] = {}
         self._agents: list[_Agent] = []
+        self._lock = threading.Lock()   # the agents' pipes, the records and the log
+        self._stop = threading.Event()
+        self._watcher: threading.Thread | None = None
 
     def __enter__(self) -> HandoverNotifier:
         return self.start()
@@ -145,6 +181,7 @@ class HandoverNotifier:
         failures (they are logged)."""
         if not is_handoff(event):
             return
+        self._stop_watching()
         self.gen += 1
         t_mono = time.monotonic_ns()
         self._maps["ho_signal"].update(b"\0\0\0\0", signal_value(self.gen, t_mono))
@@ -156,25 +193,63 @@ class HandoverNotifier:
                 st = decode_sock(key, value)
                 if st.in_flight:
                     states.append(st)
-        payload = json.dumps([dataclasses.asdict(s) for s in states])
-        replies = {a.name: a.ask(f"send {payload}") for a in self._agents}
+        replies = self._send(states)
         # the restart's time is when the first ICMP went out: a socket that was already
         # in loss recovery takes it from here on its first ACK (bpf/handover.h)
         sent_at = [int(r["t_mono_ns"]) for rep in replies.values()
                    for r in rep.get("sent", []) if "t_mono_ns" in r]
         if sent_at:
             self._maps["ho_signal"].update(b"\0\0\0\0", signal_value(self.gen, min(sent_at)))
-        rec = {"gen": self.gen, "t": time.time(), "t_mono_ns": t_mono, "link": event.link,
-               "sockets": [s.as_record() for s in states],
-               "sent": {h: r.get("sent", []) for h, r in replies.items()},
-               "errors": {h: r["error"] for h, r in replies.items() if "error" in r}}
-        self.records.append(rec)
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log, "a") as f:
-            f.write(json.dumps(rec) + "\n")
+        self._record({"gen": self.gen, "t": time.time(), "t_mono_ns": t_mono,
+                      "link": event.link, "sockets": [s.as_record() for s in states],
+                      **_outcome(replies)})
+        if states:
+            self._stop.clear()
+            signalled = {(st.saddr, st.sport, st.daddr, st.dport) for st in states}
+            self._watcher = threading.Thread(target=self._watch_undo,
+                                             args=(self.gen, signalled),
+                                             name="handover-undo", daemon=True)
+            self._watcher.start()
+
+    def _send(self, states: list[SockState]) -> dict[str, dict[str, Any]]:
+        """Each agent's reply to sending states their restart ICMP."""
+        payload = json.dumps([dataclasses.asdict(s) for s in states])
+        with self._lock:
+            return {a.name: a.ask(f"send {payload}") for a in self._agents}
+
+    def _record(self, rec: dict[str, Any]) -> None:
+        with self._lock:
+            self.records.append(rec)
+            self.log.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.log, "a") as f:
+                f.write(json.dumps(rec) + "\n")
+
+    def _watch_undo(self, gen: int, signalled: set[tuple[str, int, str, int]]) -> None:
+        """Send the restart ICMP once more to each socket whose restart of hand-off gen
+        Linux undid (`undone_restarts`), for `UNDO_WATCH_S`, until every signalled
+        socket had its second ICMP, or until stopped."""
+        done: set[tuple[str, int, str, int]] = set()
+        until = time.monotonic() + UNDO_WATCH_S
+        while not self._stop.wait(UNDO_POLL_S) and time.monotonic() < until and \
+                not signalled <= done:
+            try:
+                states = undone_restarts(self._maps["ho_socks"], gen, done)
+            except (OSError, KeyError):  # the maps were closed under us: the run ended
+                return
+            for st in states:
+                done.add((st.saddr, st.sport, st.daddr, st.dport))
+                self._record({"gen": gen, "undone": st.as_record(), "t": time.time(),
+                              **_outcome(self._send([st]))})
+
+    def _stop_watching(self) -> None:
+        self._stop.set()
+        if self._watcher is not None:
+            self._watcher.join()
+            self._watcher = None
 
     def close(self) -> None:
-        """Stop the agents and close the maps (idempotent)."""
+        """Stop the watcher and the agents and close the maps (idempotent)."""
+        self._stop_watching()
         for agent in self._agents:
             agent.stop()
         self._agents = []

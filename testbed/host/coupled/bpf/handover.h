@@ -92,6 +92,8 @@ struct ho_sock {
 	__u32 packets_out;
 	__u32 ca_state;
 	__u64 t_ns;      /* when this was written */
+	__u32 undone_gen; /* the hand-off whose restart Linux undid (0: none; see ho_undo_cwnd) */
+	__u32 pad;
 };
 
 struct {
@@ -120,7 +122,7 @@ struct ho_rec {
 	__u32 acked;     /* reno_bwa: bytes the pair's second ACK acknowledged */
 	__u32 ssthresh;  /* the ssthresh set (reno_ie: at the restart) */
 	__u32 una_seen;  /* snd_una before the ACK that met the signal (reno_bwa's start) */
-	__u32 pad;
+	__u32 undone;    /* times Linux undid this restart's loss marks (ho_undo_cwnd) */
 };
 
 struct {
@@ -149,6 +151,7 @@ struct ho_priv {
 	__u32 nxt;       /* reno_bwa: snd_nxt when the pair's first ACK came */
 	__u32 last_una;  /* snd_una after the previous ACK */
 	__u32 restarted; /* 1 from a restart until the socket is back in Open */
+	__u32 undone_gen; /* the hand-off whose restart Linux undid (published in ho_socks) */
 };
 
 static __always_inline bool before(__u32 seq1, __u32 seq2)
@@ -200,6 +203,7 @@ static __always_inline void publish(struct sock *sk)
 	v.packets_out = tp->packets_out;
 	v.ca_state = ((struct inet_connection_sock *)sk)->icsk_ca_state;
 	v.t_ns = bpf_ktime_get_ns();
+	v.undone_gen = priv_of(sk)->undone_gen;
 	bpf_map_update_elem(&ho_socks, &k, &v, BPF_ANY);
 }
 
@@ -297,10 +301,35 @@ static __always_inline void ho_restart(struct sock *sk, struct ho_signal *sig, _
 	p->phase = (scheme == SCHEME_BWA && path != PATH_NONE) ? PHASE_RTT : PHASE_IDLE;
 }
 
+/*
+ * Linux undid this socket's restart and unmarked the segments lost in the outage (see
+ * ho_undo_cwnd): say so in ho_socks at once, for the notifier to restart it once more.
+ */
+static __always_inline void ho_undone(struct sock *sk)
+{
+	struct ho_priv *p = priv_of(sk);
+	struct ho_rec *r;
+
+	if (p->undone_gen == (__u32)p->gen_seen)
+		return;
+	p->undone_gen = (__u32)p->gen_seen;
+	r = log_slot(p->rec_seq);
+	if (r)
+		r->undone += 1;
+	publish(sk);
+}
+
 static __always_inline void ho_set_state(struct sock *sk, __u8 new_state, __u32 scheme)
 {
 	struct ho_signal *sig;
+	struct tcp_sock *tp = tcp_sk(sk);
 
+	/* back in Open before everything sent before the restart is acknowledged: an undo
+	 * (a recovery that ends normally has snd_una at or past high_seq).  The window's
+	 * undo (ho_undo_cwnd) is only asked when Linux kept the ssthresh to undo to. */
+	if (new_state == TCP_CA_Open && priv_of(sk)->restarted &&
+	    before(tp->snd_una, tp->high_seq))
+		ho_undone(sk);
 	if (new_state == TCP_CA_Open)
 		priv_of(sk)->restarted = 0;
 	if (new_state != TCP_CA_Loss)
@@ -414,12 +443,22 @@ static __always_inline void ho_in_ack(struct sock *sk, __u32 scheme)
  * Undo (Linux found the losses spurious: timestamps, D-SACK, F-RTO) would put back the
  * window from before the outage; after a hand-over restart the schemes keep growing from
  * the restart instead, as the paper's sender does.  Otherwise as NewReno.
+ *
+ * Linux has by then also unmarked every segment it had marked lost.  That happens after a
+ * restart in Loss (the timer fired during the outage): the ACKs of the outage were lost,
+ * so the restarted segment is one the receiver had, and its ACK echoes a timestamp from
+ * before the outage (Eifel detection).  The segments really lost in the outage then count
+ * as in flight, above the restart's small window, and the sender would send nothing until
+ * a probe or its timer.  So the socket says so in ho_socks (`undone_gen`), at once, and
+ * the notifier sends it the restart ICMP a second time: from Open, that marks the
+ * segments lost again, clears the undo marker and retransmits (handover/notifier.py).
  */
 static __always_inline __u32 ho_undo_cwnd(struct sock *sk)
 {
-	if (priv_of(sk)->restarted)
-		return tcp_sk(sk)->snd_cwnd;
-	return tcp_reno_undo_cwnd(sk);
+	if (!priv_of(sk)->restarted)
+		return tcp_reno_undo_cwnd(sk);
+	ho_undone(sk);
+	return tcp_sk(sk)->snd_cwnd;
 }
 
 #define HANDOVER_CC(NAME, SCHEME)                                                       \
