@@ -160,6 +160,21 @@ def test_p3_utilisation_reads_what_the_receiver_acknowledged(tmp_path):
     assert claim.verdict == "holds" and claim.measured["utilisation_pct"] == pytest.approx(50.0)
 
 
+def test_p3_a_share_above_the_ideal_says_where_it_comes_from(tmp_path):
+    from analysis.claims import StudyResult
+    from experiments.p3_handover.study import evaluate as p3
+    spec = (ROOT / "experiments/p3_handover/quick/case1_wlan_to_imt.toml").read_text()
+    for name, share in (("a", 1.2), ("b", 0.9)):
+        run = _bundle(tmp_path / name / "case1_wlan_to_imt",
+                      [("delivered", float(t), share * 345.6e3) for t in range(3, 8)])
+        (run / "spec.toml").write_text(spec)
+        res = StudyResult("P3", "handover")
+        p3({}, tmp_path / name, res)
+        util = next(c for c in res.comparisons if c.quantity == "utilisation of the ideal")
+        assert util.ours == pytest.approx(100 * share)
+        assert ("above 100 %" in util.note) == (share > 1), util.note
+
+
 def test_p3_ideal_counts_the_link_as_the_schedule_applied_it(tmp_path):
     from analysis.claims import StudyResult
     from experiments.p3_handover.study import applied_steps
