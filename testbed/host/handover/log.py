@@ -13,8 +13,8 @@ the socket (``src``, ``sport``, ``dst``, ``dport``), ``cwnd_before``,
 ``t_done`` (seconds since the epoch, like the captures; ``t_seen``: when the program met
 the signal, at an ACK or a state change; ``t_done``: when the estimate was applied),
 ``una_seen`` (the socket's oldest unacknowledged byte then, before that ACK),
-``undone`` (how many times Linux undid the restart's loss marks, each answered by a
-second restart ICMP: ``bpf/handover.h``, ``ho_undo_cwnd``),
+``undone`` (whether Linux undid the restart's loss marks, at most 1 per hand-off; the
+notifier then sends a second restart ICMP: ``bpf/handover.h``, ``ho_undo_cwnd``),
 and for ``bandwidth-aware`` the estimate: ``rtt_us`` (restart -> first ACK), ``lag_us``
 between the pair of ACKs, see ``bpf/handover.h``), ``acked`` (bytes the pair's second
 ACK acknowledged), ``bw_bps`` (acked x 8 / lag) and ``ssthresh`` (segments:
