@@ -391,9 +391,12 @@ def test_p3_handover_schemes(studies_out: Path) -> None:
         # timer that fires between the ICMP's retransmission and its ACK shows as "timer")
         (rec,) = [r for r in restarts(run) if r["gen"] == 1]
         # restarted in slow start: the restart leaves cwnd 1 (docs/handover.md); the first
-        # window sampled after it lies below the ssthresh the restart left (the kernel's
-        # own test of slow start), and the windows up to the next loss event (a sample
-        # below the one before it) grew from that 1 segment.  (Not "at most 4 segments": a
+        # window sampled after it lies at or below the ssthresh the restart left (Reno's
+        # slow start stops there: a window from before the outage lies above it), and the
+        # windows up to the next loss event (a sample below the one before it) grew from
+        # that 1 segment.  (Not "below ssthresh": slow start from 1 can reach it before
+        # the first sample, and a CI run of 2026-11-28 read 25, 25, 25, 26 with ssthresh
+        # 25.  Not "at most 4 segments": a
         # cumulative ACK that fills a hole acknowledges what the receiver held beyond it,
         # and slow start adds every segment it acknowledges: in a CI run of 2026-11-27
         # the first sample, 0.37 s after the restart, read 12 of 26.  Nor "grows between
@@ -406,7 +409,7 @@ def test_p3_handover_schemes(studies_out: Path) -> None:
         assert seen, run.name
         ramp = seen[:next((i for i in range(1, len(seen)) if seen[i] < seen[i - 1]),
                           len(seen))]
-        assert ramp[0] < rec["ssthresh"] and max(ramp) > 1, (run.name, seen, rec)
+        assert ramp[0] <= rec["ssthresh"] and max(ramp) > 1, (run.name, seen, rec)
     # Linux undoing a restart (a restart in loss recovery, the receiver's ACKs of the
     # outage lost: docs/handover.md) is answered by a second ICMP, and the sender
     # retransmits again within 50 ms + one RTT of it (else it stalled until a probe:
