@@ -64,20 +64,29 @@ def is_handoff(event: ScheduleEvent) -> bool:
                                        or event.delay is not None)
 
 
-def undone_restarts(socks: Any, gen: int, done: set[tuple[str, int, str, int]]
-                    ) -> list[SockState]:
-    """The sockets in ``ho_socks`` (anything with ``keys`` and ``lookup``) whose restart
-    of hand-off gen Linux undid, that still have data in flight and are not in done."""
+def in_flight(socks: Any) -> list[SockState]:
+    """The sockets in ``ho_socks`` (anything with ``keys`` and ``lookup``) that have data
+    in flight, as the program last published them."""
     out = []
     for key in list(socks.keys()):
         value = socks.lookup(key)
-        if value is None:
-            continue
-        st = decode_sock(key, value)
-        if st.undone_gen == gen & 0xFFFFFFFF and st.in_flight and \
-                (st.saddr, st.sport, st.daddr, st.dport) not in done:
-            out.append(st)
+        if value is not None:
+            st = decode_sock(key, value)
+            if st.in_flight:
+                out.append(st)
     return out
+
+
+def _id(st: SockState) -> tuple[str, int, str, int]:
+    return st.saddr, st.sport, st.daddr, st.dport
+
+
+def undone_restarts(socks: Any, gen: int, done: set[tuple[str, int, str, int]]
+                    ) -> list[SockState]:
+    """The sockets in ``ho_socks`` whose restart of hand-off gen Linux undid, that still
+    have data in flight and are not in done."""
+    return [st for st in in_flight(socks)
+            if st.undone_gen == gen & 0xFFFFFFFF and _id(st) not in done]
 
 
 def _outcome(replies: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -185,14 +194,7 @@ class HandoverNotifier:
         self.gen += 1
         t_mono = time.monotonic_ns()
         self._maps["ho_signal"].update(b"\0\0\0\0", signal_value(self.gen, t_mono))
-        socks = self._maps["ho_socks"]
-        states = []
-        for key in list(socks.keys()):
-            value = socks.lookup(key)
-            if value is not None:
-                st = decode_sock(key, value)
-                if st.in_flight:
-                    states.append(st)
+        states = in_flight(self._maps["ho_socks"])
         replies = self._send(states)
         # the restart's time is when the first ICMP went out: a socket that was already
         # in loss recovery takes it from here on its first ACK (bpf/handover.h)
@@ -205,7 +207,7 @@ class HandoverNotifier:
                       **_outcome(replies)})
         if states:
             self._stop.clear()
-            signalled = {(st.saddr, st.sport, st.daddr, st.dport) for st in states}
+            signalled = {_id(st) for st in states}
             self._watcher = threading.Thread(target=self._watch_undo,
                                              args=(self.gen, signalled),
                                              name="handover-undo", daemon=True)
@@ -237,7 +239,7 @@ class HandoverNotifier:
             except (OSError, KeyError):  # the maps were closed under us: the run ended
                 return
             for st in states:
-                done.add((st.saddr, st.sport, st.daddr, st.dport))
+                done.add(_id(st))
                 self._record({"gen": gen, "undone": st.as_record(), "t": time.time(),
                               **_outcome(self._send([st]))})
 
