@@ -3,9 +3,12 @@
 `run_sweep` resumes (a complete bundle is skipped, an unfinished one moved aside and
 redone), records a failed run and goes on, and marks the current run ``interrupted`` on
 Ctrl-C or SIGTERM; when the sweep ends or is interrupted it rewrites
-``summary.parquet``.  `finish_deferred` does on the host the analysis of runs made
-inside the testbed VM.  What a bundle is and
-when it counts as complete: `testbed.results.bundle`.
+``summary.parquet``.  How the runs are carried out is an `Executor`'s job: `LocalExecutor`
+runs them one after the other here (`run_one`); `testbed.run.cluster.executor.RayExecutor`
+spreads them over a Ray cluster and installs the bundles its nodes send back.  The
+bookkeeping (which runs are due, the lock, the report, the summary) is the same.
+`finish_deferred` does on the host the analysis of runs made inside the testbed VM.
+What a bundle is and when it counts as complete: `testbed.results.bundle`.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ from __future__ import annotations
 import contextlib
 import time
 import traceback
-from collections.abc import Callable
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -101,12 +105,58 @@ class SweepReport:
     interrupted: str | None = None
 
 
-def run_sweep(plans: list[Any], out: Path, execute: Execute, *, fail_fast: bool = False,
-              progress: Progress | None = None, extra_meta: dict[str, Any] | None = None,
+@dataclass
+class RunOutcome:
+    """How one run ended: its status, one-line error, wall seconds, the exception that
+    ended it (None when complete) and, when it ran elsewhere, the node (a short label)."""
+
+    status: str
+    error: str | None
+    wall_s: float
+    exc: Exception | None = None
+    node: str | None = None
+
+
+class Executor(ABC):
+    """How the due runs of a sweep are carried out; `run_sweep` does the bookkeeping."""
+
+    current: str | None = None  # the run under way (the one an interruption marks)
+
+    @abstractmethod
+    def runs(self, todo: list[Any], out: Path, progress: Progress,
+             extra_meta: dict[str, Any]) -> Iterator[tuple[Any, RunOutcome]]:
+        """Carry out todo (`RunPlan`s whose bundle is not complete) into out; yield each
+        plan with its `RunOutcome` once its bundle is in ``out/<run id>`` (or, for a run
+        that left none, once it is given up).  Closing the iterator stops what is still
+        running.  An `InputError` raised here stops the sweep (a spec error)."""
+
+
+class LocalExecutor(Executor):
+    """Every run here, one after the other (`run_one`).
+
+    execute: runs one plan (see `Execute`); recover: see `run_sweep`.
+    """
+
+    def __init__(self, execute: Execute, recover: Callable[[Bundle], Any] | None = None):
+        self.execute = execute
+        self.recover = recover
+
+    def runs(self, todo: list[Any], out: Path, progress: Progress,
+             extra_meta: dict[str, Any]) -> Iterator[tuple[Any, RunOutcome]]:
+        for plan in todo:
+            self.current = plan.run_id
+            progress.begin(getattr(plan, "index", 0), plan.run_id)
+            yield plan, run_one(plan, out, self.execute, progress, extra_meta, self.recover)
+
+
+def run_sweep(plans: list[Any], out: Path, execute: Execute | Executor, *,
+              fail_fast: bool = False, progress: Progress | None = None,
+              extra_meta: dict[str, Any] | None = None,
               recover: Callable[[Bundle], Any] | None = None) -> SweepReport:
     """Run every plan whose bundle is not complete; keep going past failures.
 
-    plans: `RunPlan`s in order; out: the output DIR; execute: runs one plan (see `Execute`);
+    plans: `RunPlan`s in order; out: the output DIR; execute: runs one plan here (see
+    `Execute`), or an `Executor` that carries out the runs (e.g. on a Ray cluster);
     fail_fast: stop (re-raising) at the first failed run; progress: where to report;
     extra_meta: added to every metadata.json (e.g. the command line); recover: called
     with a bundle left ``running`` by a process that died, before it is redone (to
@@ -117,38 +167,54 @@ def run_sweep(plans: list[Any], out: Path, execute: Execute, *, fail_fast: bool 
     """
     progress = progress or NoProgress()
     out = Path(out)
+    executor = execute if isinstance(execute, Executor) else LocalExecutor(execute, recover)
     report = SweepReport(out=out, total=len(plans))
     with locked(out):
-        todo = [(i, p) for i, p in enumerate(plans)
-                if not Bundle(out / p.run_id).is_complete()]
+        todo = [p for p in plans if not Bundle(out / p.run_id).is_complete()]
         report.skipped = len(plans) - len(todo)
         progress.start(len(plans), report.skipped)
-        current: str | None = None
         try:
-            for index, plan in todo:
-                current = plan.run_id
-                progress.begin(index, plan.run_id)
-                status, error, wall, exc = _one_run(plan, out, execute, progress,
-                                                    extra_meta or {}, recover)
-                progress.end(plan.run_id, status, wall, error)
-                note = getattr(progress, "note", None)
-                line = fidelity_line(Bundle(out / plan.run_id).read_metadata() or {})
-                if note is not None and line:
-                    note(line)
-                if status == COMPLETE:
-                    report.complete += 1
-                    continue
-                report.failed.append((plan.run_id, error or status))
-                if exc is not None and (fail_fast or isinstance(
-                        exc, (MissingFeatureError, DiskSpaceError))):
-                    raise exc
+            with contextlib.closing(executor.runs(todo, out, progress,
+                                                  extra_meta or {})) as runs:
+                for plan, res in runs:
+                    _account(report, plan, res, out, progress)
+                    if res.exc is not None and (fail_fast or isinstance(
+                            res.exc, (MissingFeatureError, DiskSpaceError))):
+                        raise res.exc
         except (KeyboardInterrupt, SystemExit):
-            report.interrupted = current
+            report.interrupted = executor.current
             raise
         finally:
             progress.close()
             write_summary(out)
     return report
+
+
+def _account(report: SweepReport, plan: Any, res: RunOutcome, out: Path,
+             progress: Progress) -> None:
+    """Report one ended run (its line, its fidelity verdict) and count it."""
+    progress.end(plan.run_id, res.status, res.wall_s, res.error)
+    note = getattr(progress, "note", None)
+    line = fidelity_line(Bundle(out / plan.run_id).read_metadata() or {})
+    if note is not None and line:
+        note(line + (f" (on {res.node})" if res.node else ""))
+    if res.status == COMPLETE:
+        report.complete += 1
+    else:
+        report.failed.append((plan.run_id, res.error or res.status))
+
+
+def run_one(plan: Any, out: Path, execute: Execute, progress: Progress,
+            extra_meta: dict[str, Any], recover: Callable[[Bundle], Any] | None = None
+            ) -> RunOutcome:
+    """Run one plan into a fresh bundle ``out/<run id>``, here; return how it ended.
+
+    An unfinished bundle already there is moved aside first (after recover, when it is
+    still ``running``).  A KeyboardInterrupt marks the bundle ``interrupted`` and is
+    re-raised; any other exception makes it ``failed`` (`RunOutcome.exc`).
+    """
+    status, error, wall, exc = _one_run(plan, out, execute, progress, extra_meta, recover)
+    return RunOutcome(status, error, wall, exc)
 
 
 def _one_run(plan: Any, out: Path, execute: Execute, progress: Progress,
