@@ -65,7 +65,8 @@ def vm(ctx: typer.Context,
     raise typer.Exit(code)
 
 
-__import__("testbed.cli.run", fromlist=["register"]).register(app)  # testbed run / query
+run_cli = __import__("testbed.cli.run", fromlist=["register"])
+run_cli.register(app)  # testbed run / query
 __import__("testbed.cli.analyze", fromlist=["register"]).register(app)  # analyze / report
 __import__("testbed.cli.grade", fromlist=["register"]).register(app)  # check / grade / verify
 
@@ -104,6 +105,9 @@ def study(ctx: typer.Context,
           dry_run: Annotated[bool, typer.Option(
               "--dry-run", help="Print each spec's runs and its first run's commands; "
                                 "run nothing.")] = False,
+          executor: run_cli.ExecutorOpt = "local",
+          address: run_cli.AddressOpt = None,
+          retries: run_cli.RetriesOpt = 2,
           defer_analysis: Annotated[bool, typer.Option(
               "--defer-analysis", hidden=True, help="Leave each run's analysis to a later "
               "--report-only (what the host does for runs inside the VM).")] = False,
@@ -140,7 +144,8 @@ def study(ctx: typer.Context,
                 guarded(lambda plans=plans, spec=spec, target=target: print_dry_run(
                     plans, target / spec.stem, target=kernel, labels=labels))
         raise typer.Exit(0)
-    if not no_vm and not guarded(st.native_ok):
+    remote = guarded(lambda: run_cli.make_executor(executor, address, retries))
+    if remote is None and not no_vm and not guarded(st.native_ok):
         typer.echo("this machine cannot run experiments natively (see `testbed doctor`); "
                    "running the studies inside `testbed vm`, then writing the reports here",
                    err=True)
@@ -164,7 +169,7 @@ def study(ctx: typer.Context,
             outcome = guarded(lambda d=d, target=target: st.run_study(
                 d, variant, target, only, fail_fast, reports=not no_report,
                 fresh_networks=fresh_networks, analyze=not defer_analysis,
-                overrides=overrides))
+                overrides=overrides, executor=remote))
         except KeyboardInterrupt:
             typer.echo(f"interrupted: finished runs are kept in {target}; run the same "
                        "command again to resume", err=True)

@@ -1,10 +1,12 @@
 """The ``testbed run`` and ``testbed query`` commands (registered on the main typer app).
 
 ``testbed run SPEC [--out DIR] [--set KEY=VALUE]... [--dry-run] [--fail-fast] [--no-vm]
-[--fresh-networks]`` expands the spec's sweep and repetitions, skips runs whose bundle is
-already complete, and runs the rest one after the other with a progress bar; consecutive
-runs that may share a network do (`testbed.run.reuse`). When this machine cannot run
-experiments natively (see ``testbed doctor``) it re-runs itself inside ``testbed vm``.
+[--fresh-networks] [--executor local|ray [--address ADDR] [--retries N]]`` expands the
+spec's sweep and repetitions, skips runs whose bundle is already complete, and runs the
+rest one after the other with a progress bar; consecutive runs that may share a network do
+(`testbed.run.reuse`). When this machine cannot run experiments natively (see ``testbed
+doctor``) it re-runs itself inside ``testbed vm``.  With ``--executor ray`` the runs go to
+the nodes of a Ray cluster instead and their bundles come back here (docs/cluster.md).
 
 ``testbed query DIR "SQL" [--csv | --json]`` runs DuckDB SQL over the bundles in DIR.
 """
@@ -22,10 +24,42 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from testbed.cli.common import hand_over_on_exit
-from testbed.core.errors import TestbedError, error_lines
+from testbed.core.errors import InputError, TestbedError, error_lines
 
 if TYPE_CHECKING:
     from testbed.run.preflight import KernelTarget
+    from testbed.run.sweep import Executor
+
+EXECUTORS = ("local", "ray")
+ExecutorOpt = Annotated[str, typer.Option(
+    "--executor", metavar="local|ray",
+    help="Where the runs happen: local (here, one after the other) or ray (one Ray task "
+         "per run on the nodes of a Ray cluster; docs/cluster.md).")]
+AddressOpt = Annotated[str | None, typer.Option(
+    "--address", metavar="ADDR",
+    help="With --executor ray: the Ray cluster's address, e.g. 10.0.0.1:6379 (default: "
+         "RAY_ADDRESS, or the cluster started on this machine).")]
+RetriesOpt = Annotated[int, typer.Option(
+    "--retries", metavar="N",
+    help="With --executor ray: how often a run that failed because of its node (or whose "
+         "node died) is sent again, to another node where there is one.")]
+
+
+def make_executor(executor: str, address: str | None, retries: int) -> Executor | None:
+    """The sweep's `Executor` for ``--executor`` (None: local, the default loop); raises
+    `InputError` for an unknown executor and `MissingFeatureError` without Ray."""
+    if executor not in EXECUTORS:
+        raise InputError(f"--executor {executor!r}: use one of {', '.join(EXECUTORS)}")
+    if address is not None and executor != "ray":
+        raise InputError("--address names a Ray cluster; use it with --executor ray")
+    if retries < 0:
+        raise InputError(f"--retries {retries}: use 0 or more")
+    if executor == "local":
+        return None
+    from testbed.run.cluster.executor import RayExecutor, import_ray
+
+    import_ray()  # says how to get Ray before anything else happens
+    return RayExecutor(address=address, retries=retries)
 
 
 def register(app: typer.Typer) -> None:
@@ -61,6 +95,9 @@ def run_command(
         "--fresh-networks", help="Build a network for every run (default: consecutive TCP "
                                  "runs on the same topology without a schedule share "
                                  "one).")] = False,
+    executor: ExecutorOpt = "local",
+    address: AddressOpt = None,
+    retries: RetriesOpt = 2,
 ) -> None:
     """Run an experiment spec (its sweep and repetitions) into result bundles."""
     from testbed.spec.sweep import override_labels, plan_runs
@@ -68,6 +105,7 @@ def run_command(
     overrides = list(set_ or [])
     try:
         plans = plan_runs(spec, overrides)
+        remote = None if dry_run else make_executor(executor, address, retries)
     except TestbedError as exc:
         raise _fail(exc) from None
     out_dir = out if out is not None else Path("results") / plans[0].spec.name
@@ -83,6 +121,9 @@ def run_command(
             raise _fail(exc) from None
         raise typer.Exit(0)
 
+    if remote is not None:  # the nodes check themselves; this machine only gathers
+        raise typer.Exit(_run_sweep(plans, out_dir, fail_fast, spec, overrides,
+                                    fresh_networks, remote))
     if not no_vm and not _native_ok():
         argv = _self_argv(spec, out_dir, overrides, fail_fast, fresh_networks)
         typer.echo("this machine cannot run experiments natively (see `testbed doctor`); "
@@ -157,7 +198,8 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 
 def _run_sweep(plans: list[Any], out: Path, fail_fast: bool, spec: Path,
-               overrides: list[str], fresh_networks: bool = False) -> int:
+               overrides: list[str], fresh_networks: bool = False,
+               executor: Executor | None = None) -> int:
     from functools import partial
 
     from testbed.core.progress import SweepProgress
@@ -173,8 +215,10 @@ def _run_sweep(plans: list[Any], out: Path, fail_fast: bool, spec: Path,
              "spec_file": str(spec)}
     progress = SweepProgress()
     try:
-        # an unknown CC or scheduler stops here, not after every run failed
-        check_kernel_support(plans, labels=override_labels(overrides))
+        # an unknown CC or scheduler stops here, not after every run failed (on a cluster,
+        # each node checks its own kernel)
+        if executor is None:
+            check_kernel_support(plans, labels=override_labels(overrides))
     except TestbedError as exc:
         for line in error_lines(exc):
             typer.echo(line, err=True)
@@ -182,7 +226,7 @@ def _run_sweep(plans: list[Any], out: Path, fail_fast: bool, spec: Path,
     try:
         with _sigterm_as_interrupt(), NetworkKeeper(
                 keep=not fresh_networks, state_dir=out) as keeper:
-            report = run_sweep(plans, out, partial(execute_run, keeper=keeper),
+            report = run_sweep(plans, out, executor or partial(execute_run, keeper=keeper),
                                fail_fast=fail_fast, progress=progress, extra_meta=extra,
                                recover=recover_bundle)
     except KeyboardInterrupt:

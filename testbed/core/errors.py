@@ -13,6 +13,8 @@
     ├── CommandError                  a subprocess failed (carries argv, exit code, stderr tail)
     │   └── CommandTimeout            ... or ran past its timeout
     └── RunError                      a run failed at runtime (controller died, network down, ...)
+        └── NodeError                 ... because of the machine, not the spec (its interfaces
+                                      or bridges taken, the node unfit): another node may succeed
 
 `InputError` and `MissingFeatureError` are "the user can fix this" errors: the CLI
 prints ``error: <message>`` and exits with code 2, never a traceback. A message may hold
@@ -61,6 +63,11 @@ class MissingFeatureError(TestbedError):
 
 class RunError(TestbedError):
     """A run failed while it was executing."""
+
+
+class NodeError(RunError):
+    """A run failed because of the machine it ran on, not its spec (a cluster sweep retries
+    it on another node)."""
 
 
 class CommandError(TestbedError):

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from testbed.core.commands import CommandRunner, in_parallel
-from testbed.core.errors import CommandError, MissingFeatureError, RunError
+from testbed.core.errors import CommandError, MissingFeatureError, NodeError, RunError
 from testbed.core.recording import recording
 from testbed.net import shaping as sh
 from testbed.net.cleanup import parse_link_names
@@ -45,7 +45,7 @@ def preflight(runner: CommandRunner, topo: Topo, planned: Sequence[PlannedLink])
         wanted |= {i1, i2}
     clash = sorted(wanted & existing)
     if clash:
-        raise RunError(f"interfaces {', '.join(clash[:8])} already exist; another network "
+        raise NodeError(f"interfaces {', '.join(clash[:8])} already exist; another network "
                        "is running or a previous run left them (see its network.json: "
                        "`cleanup_from_manifest`)")
     if topo.switches():
@@ -57,7 +57,7 @@ def preflight(runner: CommandRunner, topo: Topo, planned: Sequence[PlannedLink])
                                       "ovs-ctl start` or use `testbed vm`") from exc
         clash = sorted(bridges & set(topo.switches()))
         if clash:
-            raise RunError(f"OVS bridges {', '.join(clash)} already exist; another "
+            raise NodeError(f"OVS bridges {', '.join(clash)} already exist; another "
                            "network is running")
 
 

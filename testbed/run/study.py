@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from testbed.core.errors import InputError, TestbedError
 
 if TYPE_CHECKING:
-    from testbed.run.sweep import Progress
+    from testbed.run.sweep import Executor, Progress
 
 VARIANTS = ("quick", "full")
 
@@ -90,7 +90,8 @@ def run_study(study: Path, variant: str = "quick", out: Path | None = None,
               only: list[str] | None = None, fail_fast: bool = False,
               reports: bool = True, fresh_networks: bool = False,
               analyze: bool = True, overrides: list[str] | None = None,
-              progress: Progress | None = None) -> StudyOutcome:
+              progress: Progress | None = None,
+              executor: Executor | None = None) -> StudyOutcome:
     """Run every spec of the study variant, then write the reports.
 
     study: the study folder; variant: quick | full; out: output folder;
@@ -101,7 +102,10 @@ def run_study(study: Path, variant: str = "quick", out: Path | None = None,
     study's specs; see `testbed.run.reuse`); analyze: False leaves each run's analysis to
     `finish_analysis` (inside the VM: the host does it afterwards, ~10x faster);
     overrides: ``--set KEY=VALUE`` strings applied to every spec; progress: where each
-    spec's sweep reports (default: a progress bar per spec, `SweepProgress`).
+    spec's sweep reports (default: a progress bar per spec, `SweepProgress`); executor:
+    where the runs happen (default: here, one after the other; a
+    `testbed.run.cluster.executor.RayExecutor` sends them to a Ray cluster's nodes, which
+    check their own kernels).
     """
     from functools import partial
 
@@ -118,11 +122,12 @@ def run_study(study: Path, variant: str = "quick", out: Path | None = None,
     # validate every spec before running anything: a typo in the last one should not
     # surface after twenty minutes of runs
     plans = plan_study(study, variant, only, overrides)
-    check_kernel_support([p for ps in plans.values() for p in ps],
-                         labels=override_labels(overrides or []))
+    if executor is None:
+        check_kernel_support([p for ps in plans.values() for p in ps],
+                             labels=override_labels(overrides or []))
     sets = "".join(f" --set {shlex.quote(o)}" for o in overrides or [])
     with NetworkKeeper(keep=not fresh_networks, state_dir=out) as keeper:
-        execute = partial(execute_run, keeper=keeper, analyze=analyze)
+        execute = executor or partial(execute_run, keeper=keeper, analyze=analyze)
         for i, (spec, spec_plans) in enumerate(plans.items(), 1):
             spec_out = out / spec.stem
             outcome.specs[spec.stem] = spec_out
