@@ -80,6 +80,8 @@ def ray_node_id() -> str | None:
     try:
         import ray
 
+        if not ray.is_initialized():  # asking would start a Ray instance of its own
+            return None
         return str(ray.get_runtime_context().get_node_id())
     except Exception:  # not in Ray, or an API that moved: the id is only provenance
         return None

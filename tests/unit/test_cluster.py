@@ -1,0 +1,248 @@
+"""Sweeps on a Ray cluster, without a cluster: the bundle on the wire (packed safely,
+installed atomically, refused when partial or unsafe), who a failure is blamed on, the
+`--executor` options, and the executor seam of `run_sweep` (issue 22)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from testbed.core.errors import (
+    InputError,
+    MissingFeatureError,
+    NodeError,
+    RunError,
+    UnsupportedError,
+)
+from testbed.core.safefiles import UnsafeFileError
+from testbed.results.bundle import COMPLETE, FAILED, Bundle
+from testbed.run.cluster.node import DONE, NODE, SPEC, failure_kind, node_facts
+from testbed.run.cluster.transfer import (
+    TransferError,
+    install_bundle,
+    pack_bundle,
+    unpack_bundle,
+)
+from testbed.run.diskspace import DiskSpaceError
+from testbed.run.sweep import Executor, NoProgress, RunOutcome, run_sweep
+
+
+def _bundle(root: Path, run_id: str = "r1", status: str = COMPLETE) -> Bundle:
+    """A finished bundle as a run leaves it (files, manifest, metadata)."""
+    b = Bundle(root / run_id)
+    b.create()
+    b.spec_path.write_text("name = 'x'\n")
+    b.transcript_path.write_text("{}\n")
+    (b.pcap_dir / "a.pcap").write_bytes(b"\xd4\xc3\xb2\xa1" + b"x" * 100)
+    b.metrics_dir.mkdir(exist_ok=True)
+    for t in ("flows", "timeseries", "cwnd", "ping", "events"):
+        (b.metrics_dir / f"{t}.parquet").write_bytes(b"PAR1")
+    n = b.write_sha256_manifest()
+    b.write_metadata({"run_id": run_id, "status": status, "files": b.manifest(),
+                      "sha256_manifest": {"file": "manifest.sha256", "files": n}})
+    return b
+
+
+def test_a_bundle_travels_whole(tmp_path: Path) -> None:
+    src = _bundle(tmp_path / "node")
+    out = tmp_path / "out"
+    out.mkdir()
+    got = install_bundle(pack_bundle(src.root), out, "r1")
+    assert got.root == out / "r1" and got.is_complete()
+    assert sorted(p.name for p in out.iterdir()) == ["r1"]  # no staging folder left
+    assert (got.root / "pcap" / "a.pcap").read_bytes() == (src.root / "pcap" / "a.pcap"
+                                                           ).read_bytes()
+    assert got.check_sha256_manifest() == []
+
+
+def test_a_failed_bundle_is_installed_and_an_unfinished_one_moved_aside(tmp_path: Path
+                                                                       ) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    old = Bundle(out / "r1")
+    old.create()
+    old.write_metadata({"run_id": "r1", "status": "running"})
+    install_bundle(pack_bundle(_bundle(tmp_path / "node", status=FAILED).root), out, "r1")
+    assert Bundle(out / "r1").status() == FAILED
+    assert (out / "_attempts" / "r1" / "1-running").is_dir()
+
+
+@pytest.mark.parametrize("status", ["running", "interrupted"])
+def test_a_partial_bundle_never_reaches_out(tmp_path: Path, status: str) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    data = pack_bundle(_bundle(tmp_path / "node", status=status).root)
+    with pytest.raises(TransferError, match="not finished"):
+        install_bundle(data, out, "r1")
+    assert list(out.iterdir()) == []
+
+
+def test_a_damaged_or_foreign_bundle_is_refused(tmp_path: Path) -> None:
+    src = _bundle(tmp_path / "node")
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(TransferError, match="not this run's"):
+        install_bundle(pack_bundle(src.root), out, "r2")
+    (src.root / "pcap" / "a.pcap").write_bytes(b"\xd4\xc3\xb2\xa1" + b"y" * 100)  # same size
+    with pytest.raises(TransferError, match="damaged"):
+        install_bundle(pack_bundle(src.root), out, "r1")
+    assert list(out.iterdir()) == []
+
+
+def test_a_bundle_with_a_link_is_not_sent(tmp_path: Path) -> None:
+    src = _bundle(tmp_path / "node")
+    os.symlink("/etc/passwd", src.root / "logs" / "x.txt")
+    with pytest.raises(UnsafeFileError, match="symbolic link"):
+        pack_bundle(src.root)
+
+
+def _tar(*members: tuple[str, bytes | None, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, kind, data in members:
+            info = tarfile.TarInfo(name)
+            if kind is not None:
+                info.type = kind
+                info.linkname = "/etc/passwd"
+                tar.addfile(info)
+            else:
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("members, match", [
+    ((("../evil", None, b"x"),), "plain relative path"),
+    ((("/etc/evil", None, b"x"),), "plain relative path"),
+    ((("a/../../evil", None, b"x"),), "plain relative path"),
+    ((("link", tarfile.SYMTYPE, b""),), "not a regular file"),
+    ((("hard", tarfile.LNKTYPE, b""),), "not a regular file"),
+    ((("fifo", tarfile.FIFOTYPE, b""),), "not a regular file"),
+])
+def test_unpacking_refuses_what_could_escape(tmp_path: Path, members: Any, match: str
+                                             ) -> None:
+    with pytest.raises(TransferError, match=match):
+        unpack_bundle(_tar(*members), tmp_path / "dest")
+    assert not (tmp_path / "evil").exists()
+
+
+def test_unpacking_never_writes_twice_or_past_its_limit(tmp_path: Path) -> None:
+    with pytest.raises(FileExistsError):
+        unpack_bundle(_tar(("a", None, b"1"), ("a", None, b"2")), tmp_path / "d1")
+    with pytest.raises(TransferError, match="larger"):
+        unpack_bundle(_tar(("a", None, b"x" * 100)), tmp_path / "d2", limit=10)
+
+
+@pytest.mark.parametrize("exc, kind", [
+    (NodeError("interfaces s1-eth1 already exist"), NODE),
+    (MissingFeatureError("no netem"), NODE),
+    (UnsupportedError("no olia here"), NODE),
+    (DiskSpaceError("too little space"), NODE),
+    (OSError("read-only file system"), NODE),
+    (InputError("spec.toml: topology.paths: ..."), SPEC),
+    (RunError("1 of 1 flows did not finish"), DONE),
+    (ValueError("a bug"), DONE),
+])
+def test_failures_are_blamed_on_node_spec_or_run(exc: BaseException, kind: str) -> None:
+    assert failure_kind(exc) == kind
+
+
+def test_node_facts_say_where_a_run_ran() -> None:
+    facts = node_facts("native")
+    assert facts["executor"] == "ray" and facts["mode"] == "native"
+    assert facts["hostname"] and facts["kernel"]
+    assert facts["ray_node_id"] is None  # outside a Ray task
+
+
+def test_executor_options() -> None:
+    from testbed.cli.run import make_executor
+
+    assert make_executor("local", None, 2) is None
+    with pytest.raises(InputError, match="use one of local, ray"):
+        make_executor("dask", None, 2)
+    with pytest.raises(InputError, match="--executor ray"):
+        make_executor("local", "10.0.0.1:6379", 2)
+    with pytest.raises(InputError, match="--retries"):
+        make_executor("ray", None, -1)
+
+
+def test_without_ray_the_error_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from testbed.cli.run import make_executor
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray fails
+    with pytest.raises(MissingFeatureError, match=r"pip install '\.\[cluster\]'"):
+        make_executor("ray", None, 2)
+
+
+def test_cli_without_ray_is_one_line_and_exit_2(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from testbed.cli.app import app
+
+    monkeypatch.setitem(sys.modules, "ray", None)
+    spec = Path(__file__).resolve().parents[2] / "experiments/p2_three_paths/quick/cc.toml"
+    res = CliRunner().invoke(app, ["run", str(spec), "--out", str(tmp_path / "o"),
+                                   "--executor", "ray"])
+    assert res.exit_code == 2
+    assert "error:" in res.output and "[cluster]" in res.output
+    assert "Traceback" not in res.output
+
+
+class _Plan:
+    def __init__(self, run_id: str):
+        self.run_id, self.index, self.repetition, self.seed = run_id, 0, 0, 1
+        self.params: dict[str, Any] = {}
+
+    def resolved_toml(self) -> str:
+        return ""
+
+
+class _Remote(Executor):
+    """An executor whose 'nodes' hand finished bundles back (the seam, not Ray)."""
+
+    def __init__(self, src: Path):
+        self.src = src
+        self.seen: list[str] = []
+
+    def runs(self, todo: list[Any], out: Path, progress: Any,
+             extra_meta: dict[str, Any]) -> Iterator[tuple[Any, RunOutcome]]:
+        for plan in todo:
+            self.seen.append(plan.run_id)
+            data = pack_bundle(_bundle(self.src, plan.run_id).root)
+            install_bundle(data, out, plan.run_id)
+            yield plan, RunOutcome(COMPLETE, None, 0.1, node="lab1/abcd")
+
+
+def test_an_executor_shares_the_sweeps_bookkeeping(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    plans = [_Plan("a"), _Plan("b")]
+    ex = _Remote(tmp_path / "node")
+    report = run_sweep(plans, out, ex, progress=NoProgress())
+    assert report.complete == 2 and ex.seen == ["a", "b"]
+    assert (out / "summary.parquet").is_file()
+    again = _Remote(tmp_path / "node2")
+    report = run_sweep(plans, out, again, progress=NoProgress())
+    assert report.skipped == 2 and again.seen == []  # resume: nothing run twice
+    assert json.loads((out / "a" / "metadata.json").read_text())["status"] == COMPLETE
+
+
+class _SpecError(Executor):
+    def runs(self, todo: list[Any], out: Path, progress: Any,
+             extra_meta: dict[str, Any]) -> Iterator[tuple[Any, RunOutcome]]:
+        raise InputError("spec.toml: workload.0.size: expected a size")
+        yield  # a generator
+
+
+def test_a_spec_error_stops_the_sweep(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="expected a size"):
+        run_sweep([_Plan("a")], tmp_path / "out", _SpecError(), progress=NoProgress())
+    assert (tmp_path / "out" / "summary.parquet").is_file()
