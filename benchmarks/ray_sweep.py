@@ -1,0 +1,112 @@
+"""Wall time of one sweep run locally and on a Ray cluster of --workers worker nodes.
+
+The sweep is a small multipath spec (8/4 Mbit/s paths, one 200 KB MPTCP transfer and a
+few pings per run, --runs runs).  It runs once with ``testbed run --no-vm`` here and once
+with ``--executor ray`` on a cluster of a head and --workers worker nodes started on this
+machine (`testbed.run.cluster.localcluster.LocalCluster`).  On one machine the runs still
+happen one at a time (the machine's emulation lock, docs/cluster.md), so the table shows
+the cluster's cost per run, not the speed-up that more machines would bring.  It prints a
+table: the sweep, its runs, its wall time, the wall time per run, and the cluster's
+start-up time.  Needs root and the kernel features; where the kernel lacks them::
+
+    .venv/bin/testbed vm --memory 3G -- .venv/bin/python benchmarks/ray_sweep.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+SPEC = """
+name = "bench-ray"
+duration = "20s"
+seed = 5
+repetitions = {reps}
+stop_when_done = true
+
+[topology]
+kind = "multipath"
+paths = [
+  {{ name = "wifi", bw = "8Mbit", delay = "5ms", queue = 100 }},
+  {{ name = "cell", bw = "4Mbit", delay = "15ms", queue = 100 }},
+]
+
+[transport]
+protocol = "mptcp"
+
+[[workload]]
+kind = "bulk"
+src = "server"
+dst = "client"
+size = "200KB"
+
+[[workload]]
+kind = "ping"
+src = "client"
+dst = "server"
+interval = "200ms"
+count = 5
+
+[sweep]
+"transport.cc" = ["reno", "cubic"]
+"""
+
+
+def _sweep(argv: list[str], out: Path) -> tuple[float, int, str]:
+    """Run one sweep command; (wall s, complete runs, the tail of its output)."""
+    t = time.time()
+    res = subprocess.run(argv, capture_output=True, text=True, cwd=REPO)
+    wall = time.time() - t
+    done = 0
+    for meta in out.glob("*/metadata.json"):
+        done += json.loads(meta.read_text()).get("status") == "complete"
+    return wall, done, (res.stdout + res.stderr)[-600:]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=4, help="runs in the sweep (even; default 4)")
+    ap.add_argument("--workers", type=int, default=2, help="worker nodes (default 2)")
+    args = ap.parse_args()
+    from testbed.run.cluster.localcluster import LocalCluster
+
+    work = Path(tempfile.mkdtemp(prefix="tbbench"))
+    spec = work / "spec.toml"
+    spec.write_text(SPEC.format(reps=max(1, args.runs // 2)))
+    testbed = [sys.executable, "-m", "testbed.cli", "run", str(spec)]
+    rows = []
+    local_wall, local_done, tail = _sweep([*testbed, "--out", str(work / "local"), "--no-vm"],
+                                          work / "local")
+    rows.append(("local", local_done, local_wall, "", tail))
+    cluster = LocalCluster(work / "r", workers=args.workers,
+                           env={"TESTBED_CLUSTER_SCRATCH": str(work / "scratch")})
+    try:
+        t = time.time()
+        cluster.start(timeout=900)
+        up = time.time() - t
+        wall, done, tail = _sweep([*testbed, "--out", str(work / "ray"), "--executor", "ray",
+                                   "--address", cluster.address], work / "ray")
+        rows.append((f"ray, {args.workers} workers on 1 machine", done, wall, f"{up:.0f}",
+                     tail))
+    finally:
+        cluster.stop()
+    print(f"\n{'sweep':32s} {'runs':>5s} {'wall s':>8s} {'s/run':>7s} {'cluster up s':>13s}")
+    for name, done, wall, up, _tail in rows:
+        per = f"{wall / done:7.1f}" if done else "      -"
+        print(f"{name:32s} {done:5d} {wall:8.1f} {per} {up:>13s}")
+    for name, done, _wall, _up, tail in rows:
+        if done < args.runs:
+            print(f"\n{name}: only {done} of {args.runs} runs complete:\n{tail}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
