@@ -102,10 +102,10 @@ def main() -> int:
     for name, done, wall, up, _tail in rows:
         per = f"{wall / done:7.1f}" if done else "      -"
         print(f"{name:32s} {done:5d} {wall:8.1f} {per} {up:>13s}")
-    for name, done, _wall, _up, tail in rows:
-        if done < args.runs:
-            print(f"\n{name}: only {done} of {args.runs} runs complete:\n{tail}")
-    return 0
+    short = [(name, done, tail) for name, done, _wall, _up, tail in rows if done < args.runs]
+    for name, done, tail in short:  # its s/run is unmeasured ("-"), and says why here
+        print(f"\n{name}: only {done} of {args.runs} runs complete:\n{tail}")
+    return 1 if short else 0
 
 
 if __name__ == "__main__":
