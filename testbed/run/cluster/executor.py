@@ -92,12 +92,16 @@ class RayExecutor(Executor):
             task = ray.remote(run_on_node).options(
                 resources={RESOURCE: self.amount}, num_cpus=0, max_retries=self.retries,
                 retry_exceptions=False)
+            progress.begin(0, f"{len(todo)} run(s) on the Ray cluster")
             for plan in todo:
-                progress.begin(plan.index, plan.run_id)
                 pending[self._submit(ray, task, plan, extra_meta)] = _Attempt(plan)
+            shown = ""
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=self.poll_s)
-                progress.phase(self._counts(len(pending)))
+                line = self._counts(len(pending))
+                if line != shown:  # plain output: a line per change, not per poll
+                    progress.phase(line)
+                    shown = line
                 for ref in ready:
                     att = pending.pop(ref)
                     res = self._result(ray, ref)

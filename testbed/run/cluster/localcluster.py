@@ -101,10 +101,22 @@ class LocalCluster:
                      "--temp-dir", str(self.temp_dir)]
         else:
             argv += ["--address", self.address]
-        log = open(self.temp_dir.parent / f"ray-node-{len(self.procs)}.log", "wb")  # noqa: SIM115
+        log = open(self._log(len(self.procs)), "wb")  # noqa: SIM115
         self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                            env=self.env, start_new_session=True))
         log.close()
+
+    def _log(self, n: int) -> Path:
+        return self.temp_dir.parent / f"ray-node-{n}.log"
+
+    def _log_tail(self, n: int, lines: int = 12) -> str:
+        """The last lines of node n's ``ray start`` output (tracebacks' frames left out)."""
+        try:
+            text = self._log(n).read_text(errors="replace")
+        except OSError:
+            return ""
+        kept = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith(" ")]
+        return "\n".join(kept[-lines:])
 
     def start(self, timeout: float = 600) -> LocalCluster:
         """Start the head, then the workers; return once Ray counts every worker's
@@ -124,10 +136,10 @@ class LocalCluster:
                 "log_to_driver=False); print(json.dumps(ray.cluster_resources()))")
         last = ""
         while time.time() < deadline:
-            for proc in self.procs:
+            for n, proc in enumerate(self.procs):
                 if proc.poll() is not None:
-                    raise RunError(f"a Ray node exited with {proc.returncode} while "
-                                   f"starting (logs in {self.temp_dir.parent})")
+                    raise RunError(f"Ray node {n} exited with {proc.returncode} while "
+                                   f"starting:\n{self._log_tail(n)}")
             try:
                 res = subprocess.run([sys.executable, "-c", code], capture_output=True,
                                      text=True, env=self.env, timeout=120)
