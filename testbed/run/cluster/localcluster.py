@@ -71,7 +71,9 @@ class LocalCluster:
         self.temp_dir = Path(temp_dir)
         self.workers = workers
         self.resource = resource
-        self.env = {**os.environ, **(env or {})}
+        # no metrics agent to wait for: under software emulation (the testbed VM) the
+        # nodes would not register within Ray's start-up window
+        self.env = {**os.environ, "RAY_enable_metrics_collection": "0", **(env or {})}
         self.procs: list[subprocess.Popen[bytes]] = []
         self.orphans: list[int] = []  # what a killed raylet had started (ended by `stop`)
         self.address = ""
