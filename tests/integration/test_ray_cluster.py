@@ -96,6 +96,11 @@ def _statuses(out: Path) -> dict[str, str]:
 
 def test_ray_sweep_survives_a_dead_worker(tmp_path):
     pytest.importorskip("ray", reason="Ray is not installed (scripts/install --cluster)")
+    if os.environ.get("TESTBED_VM_ACCEL") == "tcg":
+        # tried in the testbed VM under TCG: the head came up in 26 s, but a driver could
+        # not join within 600 s (Ray's connect and registration windows are fixed)
+        pytest.skip("a Ray cluster does not come up under software emulation (TCG); "
+                    "run natively or in a KVM-accelerated `testbed vm`")
     from testbed.run.cluster.localcluster import LocalCluster
 
     spec = tmp_path / "spec.toml"
