@@ -174,8 +174,10 @@ class RayExecutor(Executor):
                 self.done_by_node[label] += 1
                 failed = RunError(f"{run_id}: {error}") if res.get("status") == FAILED \
                     else None
-                return RunOutcome(str(res.get("status")), error, time.time() - att.t_start,
-                                  failed, node=label)
+                # the run's own time on the node, as a local sweep reports it (not the
+                # time it waited in the queue or for the machine's emulation lock)
+                return RunOutcome(str(res.get("status")), error,
+                                  float(res.get("wall_s") or 0.0), failed, node=label)
             except (TransferError, OSError) as exc:
                 error = f"node {label}: {exc}"
         note = getattr(progress, "note", None)

@@ -75,7 +75,6 @@ class LocalCluster:
         # nodes would not register within Ray's start-up window
         self.env = {**os.environ, "RAY_enable_metrics_collection": "0", **(env or {})}
         self.procs: list[subprocess.Popen[bytes]] = []
-        self.orphans: list[int] = []  # what a killed raylet had started (ended by `stop`)
         self.address = ""
 
     def _ray(self) -> str:
@@ -165,11 +164,16 @@ class LocalCluster:
         raise RunError(f"worker {worker}: no raylet process under pid {node.pid}")
 
     def kill_worker(self, worker: int) -> int:
-        """Kill worker's raylet (SIGKILL, by its pid), as a machine dying would; return
-        the pid."""
+        """Kill worker node number worker (0-based) as a machine dying would: its raylet
+        and every other process of the node (its ``ray start``, its Ray workers and what
+        they started: a run's `testbed vm`), SIGKILL, by process id; return the raylet's
+        pid."""
         pid = self.raylet_pid(worker)
-        self.orphans += _children(pid)
-        os.kill(pid, signal.SIGKILL)
+        node = self.procs[1 + worker]
+        tree = [node.pid, *_children(node.pid)]
+        for p in (pid, *[p for p in tree if p != pid]):  # the raylet first
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGKILL)
         return pid
 
     def stop(self) -> None:
@@ -187,9 +191,6 @@ class LocalCluster:
             for pid in kids:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-        for pid in self.orphans:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
 
     def __enter__(self) -> LocalCluster:
         return self.start()
