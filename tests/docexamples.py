@@ -18,6 +18,9 @@ Each command is one of:
   one run's bundle; `tests/integration/test_documented_commands.py` substitutes real
   ones and runs it (see its docstring for what each subcommand is run against).
 
+`scripts_in` finds the ``python SCRIPT.py ARGS`` lines the documentation shows
+(tests/unit/test_doc_scripts.py runs them).
+
 `stray_queries` lists SQL the documentation shows outside a ``testbed query`` command,
 which no test would run: the documentation may not hold any.
 """
@@ -209,6 +212,52 @@ def documented_commands(root: Path) -> list[DocCommand]:
         out.extend(commands_in(f.read_text(encoding="utf-8"), str(f.relative_to(root)),
                                root))
     return out
+
+
+_SCRIPT = re.compile(r"^python3? (?!-)\S+\.py(\s|$)")
+_SCRIPT_INLINE = re.compile(r"`((?:\.venv/bin/)?python3? [^`-][^`]*)`")
+
+
+def scripts_in(text: str, name: str) -> list[DocCommand]:
+    """Every ``python SCRIPT.py ARGS`` one markdown text shows, in a code block or an
+    inline code span (after an optional ``$ ``, ``sudo `` or ``.venv/bin/``; a trailing
+    backslash continues the line): ``argv`` is ``python``, the script's path and its
+    arguments.  One inside ``testbed vm -- ...`` is a testbed command (`commands_in`)."""
+    found: list[DocCommand] = []
+    lines = _code_lines(text)
+    i = 0
+    while i < len(lines):
+        n, line, code = lines[i]
+        i += 1
+        if not code:
+            for m in _SCRIPT_INLINE.finditer(line):
+                words = _strip(m.group(1))
+                if _SCRIPT.match(words):
+                    found.extend(_parsed(words, name, n, n))
+            continue
+        buf = _strip(line)
+        if not _SCRIPT.match(buf):
+            continue
+        while not _complete(buf) and i < len(lines) and lines[i][2]:
+            buf = buf.rstrip().removesuffix("\\") + "\n" + lines[i][1].strip()
+            i += 1
+        found.extend(_parsed(buf, name, n, lines[i - 1][0]))
+    return found
+
+
+def unknown_options(args: tuple[str, ...] | list[str], help_text: str) -> list[str]:
+    """The ``--options`` of args (values after ``=`` left out) that a script's ``--help``
+    output does not name: running ``SCRIPT ARGS --help`` alone would not show them, since
+    argparse prints the help and exits before it complains of an unknown option."""
+    named = {w.strip("[],").split("=", 1)[0] for w in help_text.split()}
+    return [o for o in (w.split("=", 1)[0] for w in args if w.startswith("--"))
+            if o not in named]
+
+
+def documented_scripts(root: Path) -> list[DocCommand]:
+    """Every ``python SCRIPT.py ...`` of every documentation file, in order."""
+    return [c for f in doc_files(root)
+            for c in scripts_in(f.read_text(encoding="utf-8"), str(f.relative_to(root)))]
 
 
 def stray_queries(text: str, name: str) -> list[str]:

@@ -29,7 +29,8 @@ so no result here comes from a fixture written by hand.  What each documented co
 * ``doctor``: run; exit 0 or 1 (natively possible or not) with one line per check.
 * ``vm -- CMD``: the VM itself is not booted again (the kernel-feature tests and the
   studies boot it); the command inside must exist and accept its documented arguments
-  (a Python script is run with them and ``--help``).
+  (a Python script is run with them and ``--help``, whose output must name every
+  ``--option`` given).
 * a synopsis or a mention (``testbed doctor [--json]``, ``testbed run SPEC``): its
   subcommand and every ``--option`` it names exist (``testbed <sub> --help``).
 
@@ -56,6 +57,7 @@ from docexamples import (
     documented_commands,
     python_blocks,
     stray_queries,
+    unknown_options,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.reproduction]
@@ -245,6 +247,8 @@ class Checker:
             if res.returncode != 0:
                 self.fail(cmd, f"{' '.join(inner[1:])} --help: exit {res.returncode}: "
                           f"{res.stderr.strip()[-300:]}")
+            elif unknown := unknown_options(inner[2:], res.stdout):
+                self.fail(cmd, f"{inner[1]} --help names no {unknown[0]}")
 
     def check(self, cmds: list[DocCommand]) -> None:
         """Dry runs first (they say which folders the commands write), then the rest."""
