@@ -72,10 +72,13 @@ def _sender(run: Path) -> tuple[str, int]:
     raise ValueError(f"{run.name}: no TCP flow in samples/flows.jsonl")
 
 
-def first_retransmission(run: Path, t_up: float) -> float | None:
+def first_retransmission(run: Path, t_up: float, sport: int | None = None
+                         ) -> float | None:
     """The time of the sender's first data segment after t_up that resends bytes it had
-    sent before t_up, from its own capture (None: none)."""
-    host, sport = _sender(run)
+    sent before t_up, from its own capture (None: none).  sport: the socket's source
+    port (default: the run's first TCP flow's)."""
+    host, first = _sender(run)
+    sport = first if sport is None else sport
     (pcap,) = sorted((run / "pcap").glob(f"{host}-*.pcap"))[:1]
     t = read_packets(pcap, columns=("ts_ns", "sport", "payload", "seq", "proto"))
     ts, sp, pl, seq = (t.cols["ts_ns"], t.cols["sport"], t.cols["payload"], t.cols["seq"])
@@ -103,6 +106,18 @@ def restarts(run: Path) -> list[dict[str, Any]]:
         rows += [r for r in map(json.loads, f.read_text().splitlines())
                  if r.get("path") != "none"]
     return rows
+
+
+def first_delivery(run: Path, t_up: float) -> float | None:
+    """When the receiver first acknowledged new data at or after t_up: the start of the
+    first bin of ``metrics/timeseries.parquet``'s ``delivered`` series there with bytes
+    (epoch seconds; None: none)."""
+    import pandas as pd
+
+    ts = pd.read_parquet(run / "metrics" / "timeseries.parquet",
+                         columns=["kind", "t", "bytes"])
+    got = ts[(ts["kind"] == "delivered") & (ts["t"] >= t_up) & (ts["bytes"] > 0)]
+    return float(got["t"].min()) if len(got) else None
 
 
 def second_restarts(run: Path) -> list[dict[str, Any]]:

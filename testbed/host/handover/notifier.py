@@ -162,6 +162,7 @@ class HandoverNotifier:
         self._lock = threading.Lock()   # the agents' pipes, the records and the log
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
+        self._closed = False
 
     def __enter__(self) -> HandoverNotifier:
         return self.start()
@@ -188,9 +189,11 @@ class HandoverNotifier:
     def notify(self, event: ScheduleEvent) -> None:
         """Signal a hand-off if event is one (`is_handoff`); never raises for the agents'
         failures (they are logged)."""
-        if not is_handoff(event):
-            return
+        # any event ends the watch for the previous hand-off's undo (an outage that
+        # follows must not see a second ICMP; the next hand-off restarts anew)
         self._stop_watching()
+        if self._closed or not is_handoff(event):  # closed: the run has ended
+            return
         self.gen += 1
         t_mono = time.monotonic_ns()
         self._maps["ho_signal"].update(b"\0\0\0\0", signal_value(self.gen, t_mono))
@@ -205,7 +208,7 @@ class HandoverNotifier:
         self._record({"gen": self.gen, "t": time.time(), "t_mono_ns": t_mono,
                       "link": event.link, "sockets": [s.as_record() for s in states],
                       **_outcome(replies)})
-        if states:
+        if states and not self._closed:
             self._stop.clear()
             signalled = {_id(st) for st in states}
             self._watcher = threading.Thread(target=self._watch_undo,
@@ -236,21 +239,24 @@ class HandoverNotifier:
                 not signalled <= done:
             try:
                 states = undone_restarts(self._maps["ho_socks"], gen, done)
-            except (OSError, KeyError):  # the maps were closed under us: the run ended
+                for st in states:
+                    if self._stop.is_set():
+                        return
+                    done.add(_id(st))
+                    self._record({"gen": gen, "undone": st.as_record(), "t": time.time(),
+                                  **_outcome(self._send([st]))})
+            except (OSError, KeyError, ValueError):  # the maps or pipes closed: run over
                 return
-            for st in states:
-                done.add(_id(st))
-                self._record({"gen": gen, "undone": st.as_record(), "t": time.time(),
-                              **_outcome(self._send([st]))})
 
     def _stop_watching(self) -> None:
         self._stop.set()
-        if self._watcher is not None:
-            self._watcher.join()
-            self._watcher = None
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.join()
 
     def close(self) -> None:
         """Stop the watcher and the agents and close the maps (idempotent)."""
+        self._closed = True
         self._stop_watching()
         for agent in self._agents:
             agent.stop()

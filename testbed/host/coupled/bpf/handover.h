@@ -152,6 +152,7 @@ struct ho_priv {
 	__u32 last_una;  /* snd_una after the previous ACK */
 	__u32 restarted; /* 1 from a restart until the socket is back in Open */
 	__u32 undone_gen; /* the hand-off whose restart Linux undid (published in ho_socks) */
+	__u32 ss_set;    /* the ssthresh the hand-off left (restart, then reno_bwa's estimate) */
 };
 
 static __always_inline bool before(__u32 seq1, __u32 seq2)
@@ -293,6 +294,7 @@ static __always_inline void ho_restart(struct sock *sk, struct ho_signal *sig, _
 			ssthresh = 2;
 	}
 	p->rec_seq = log_restart(sk, sig, scheme, path, ssthresh);
+	p->ss_set = ssthresh;
 	if (path == PATH_OPEN) {
 		tp->snd_ssthresh = ssthresh;
 		tp->snd_cwnd = 1;
@@ -328,8 +330,14 @@ static __always_inline void ho_set_state(struct sock *sk, __u8 new_state, __u32 
 	 * (a recovery that ends normally has snd_una at or past high_seq).  The window's
 	 * undo (ho_undo_cwnd) is only asked when Linux kept the ssthresh to undo to. */
 	if (new_state == TCP_CA_Open && priv_of(sk)->restarted &&
-	    before(tp->snd_una, tp->high_seq))
+	    before(tp->snd_una, tp->high_seq)) {
+		/* the undo has just put back the ssthresh from before the outage where that
+		 * was larger (tcp_undo_cwnd_reduction); the paper's sender keeps the one the
+		 * hand-off set */
+		if (priv_of(sk)->ss_set)
+			tp->snd_ssthresh = priv_of(sk)->ss_set;
 		ho_undone(sk);
+	}
 	if (new_state == TCP_CA_Open)
 		priv_of(sk)->restarted = 0;
 	if (new_state != TCP_CA_Loss)
@@ -404,6 +412,7 @@ static __always_inline void bwa_ack(struct sock *sk)
 	if (ss > HO_SSTHRESH_MAX)
 		ss = HO_SSTHRESH_MAX;
 	tp->snd_ssthresh = (__u32)ss;
+	p->ss_set = (__u32)ss;
 	p->phase = PHASE_IDLE;
 	r = log_slot(p->rec_seq);
 	if (r) {
@@ -455,10 +464,17 @@ static __always_inline void ho_in_ack(struct sock *sk, __u32 scheme)
  */
 static __always_inline __u32 ho_undo_cwnd(struct sock *sk)
 {
+	struct tcp_sock *tp = tcp_sk(sk);
+
 	if (!priv_of(sk)->restarted)
 		return tcp_reno_undo_cwnd(sk);
-	ho_undone(sk);
-	return tcp_sk(sk)->snd_cwnd;
+	/* only an undo in Loss with data sent before the restart still unacknowledged
+	 * unmarks segments that matter; an undo at the normal end of recovery, or in
+	 * Recovery, leaves nothing stalled (the window's undo is refused either way) */
+	if (((struct inet_connection_sock *)sk)->icsk_ca_state == TCP_CA_Loss &&
+	    before(tp->snd_una, tp->high_seq))
+		ho_undone(sk);
+	return tp->snd_cwnd;
 }
 
 #define HANDOVER_CC(NAME, SCHEME)                                                       \
