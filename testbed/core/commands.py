@@ -119,14 +119,15 @@ class CommandRunner:
 
     def call(self, argv: Sequence[str], *, host: Namespaced | None = None,
              env: dict[str, str] | None = None, timeout: float | None = None,
-             relay: bool = False) -> int:
+             relay: bool = False, pass_fds: Sequence[int] = ()) -> int:
         """Run argv with its output streamed to ours (not captured); return its exit code.
 
         For long interactive steps (a VM, a nested CLI). host/env/timeout as in `run`;
         timeout None waits forever; relay: copy the child's stdout+stderr through a pipe
         (for children such as qemu that reopen their stdout and would overwrite a file);
         a relayed child gets no stdin and its own process group, which an interrupt
-        (KeyboardInterrupt, or SIGTERM turned into one) stops as a whole.
+        (KeyboardInterrupt, or SIGTERM turned into one) stops as a whole; pass_fds: our
+        open file descriptors the child keeps (a lock it must hold while it lives).
         """
         full = in_namespace(argv, host)
         where = host.name if host is not None else "root"
@@ -138,7 +139,8 @@ class CommandRunner:
                                     stdin=subprocess.DEVNULL if relay else None,
                                     stdout=subprocess.PIPE if relay else None,
                                     stderr=subprocess.STDOUT if relay else None,
-                                    process_group=0 if relay else None)
+                                    process_group=0 if relay else None,
+                                    pass_fds=tuple(pass_fds))
         except FileNotFoundError as exc:
             raise MissingFeatureError(
                 f"'{full[0]}' is not installed; run `make install` (scripts/install)") from exc

@@ -37,14 +37,21 @@ def state_dir() -> Path:
         runtime = os.environ.get("XDG_RUNTIME_DIR")
         path = (Path(runtime) / "testbed" if runtime
                 else Path(tempfile.gettempdir()) / f"testbed-{os.geteuid()}")
-    with contextlib.suppress(FileExistsError):
-        path.mkdir(mode=0o700, parents=True)
-    st = os.lstat(path)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+    if not private_dir(path):
         raise InputError(f"{path}: the testbed's state directory must be a directory owned "
                          f"by this user and writable by no one else; fix or remove it "
                          f"(or set {STATE_DIR_ENV})")
     return path
+
+
+def private_dir(path: Path) -> bool:
+    """Create path (0700, with its parents) if absent; True when it is then a real
+    directory (no symbolic link) owned by this user and writable by no one else -- a
+    folder nobody else can have planted or can change."""
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700, parents=True)
+    st = os.lstat(path)
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
 
 
 def process_start_time(pid: int) -> int | None:

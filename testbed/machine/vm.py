@@ -335,13 +335,15 @@ def _per_tree(trees: list[tuple[str, str]], line: Callable[[str, str], str]) -> 
 
 def run_in_vm(cmd: list[str], kernel: Path | None = None, memory: str = "2G", cpus: int = 2,
               kvm: str = "auto", quiet: bool = False,
-              outputs: list[Path] | None = None) -> int:
+              outputs: list[Path] | None = None, keep_fds: tuple[int, ...] = ()) -> int:
     """Boot the VM, run cmd inside it with output streamed, return cmd's exit code.
 
     cmd: command and arguments; kernel: image (default newest in /boot); memory: VM memory;
     cpus: VM CPUs; kvm: "auto" (probe), "on" or "off"; quiet: no status line on stderr;
     outputs: folders cmd writes results into: they reach this machine wherever they are
-    (`output_trees`), or the call refuses before booting.
+    (`output_trees`), or the call refuses before booting; keep_fds: file descriptors the
+    VM's first process inherits and holds while the VM runs (a cluster node's emulation
+    lock: it stays held even when the process that booted the VM dies).
     """
     if not cmd:
         raise InputError("testbed vm: no command given; use `testbed vm -- CMD ARGS...`")
@@ -398,7 +400,8 @@ def run_in_vm(cmd: list[str], kernel: Path | None = None, memory: str = "2G", cp
                                     script_folder())
         try:
             rc = runner.call(vng_argv(vng, image, memory, cpus, use_kvm, line, cached,
-                                      writable + outs + records), env=vng_env(), relay=True)
+                                      writable + outs + records), env=vng_env(), relay=True,
+                             pass_fds=keep_fds)
         finally:
             script.unlink(missing_ok=True)
     finally:

@@ -108,13 +108,16 @@ class SweepReport:
 @dataclass
 class RunOutcome:
     """How one run ended: its status, one-line error, wall seconds, the exception that
-    ended it (None when complete) and, when it ran elsewhere, the node (a short label)."""
+    ended it (None when complete), when it ran elsewhere, the node (a short label), and
+    whether this run wrote its bundle (False: a cluster run given up with no bundle;
+    whatever ``out/<run id>`` holds then is from an earlier attempt)."""
 
     status: str
     error: str | None
     wall_s: float
     exc: Exception | None = None
     node: str | None = None
+    bundle: bool = True
 
 
 class Executor(ABC):
@@ -195,7 +198,8 @@ def _account(report: SweepReport, plan: Any, res: RunOutcome, out: Path,
     """Report one ended run (its line, its fidelity verdict) and count it."""
     progress.end(plan.run_id, res.status, res.wall_s, res.error)
     note = getattr(progress, "note", None)
-    line = fidelity_line(Bundle(out / plan.run_id).read_metadata() or {})
+    line = fidelity_line(Bundle(out / plan.run_id).read_metadata() or {}) if res.bundle \
+        else ""
     if note is not None and line:
         note(line + (f" (on {res.node})" if res.node else ""))
     if res.status == COMPLETE:

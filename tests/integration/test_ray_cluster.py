@@ -145,6 +145,9 @@ def test_ray_sweep_survives_a_dead_worker(tmp_path):
     print(f"\nlocal sweep {t_local:.0f}s; cluster up in {t_up:.0f}s; ray sweep {t_ray:.0f}s "
           f"(raylet {killed} killed mid-sweep)\n{text[-2000:]}")
     assert rc == 0, text[-3000:]
+    # the killed node held a run (each worker holds one of the three left when it died):
+    # it was sent again, and finished once
+    assert "sending it again (try 2 of" in text, text[-3000:]
 
     # every run once, complete, nothing partial or staged left in --out
     st = _statuses(remote)

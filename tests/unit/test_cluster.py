@@ -123,6 +123,8 @@ def _tar(*members: tuple[str, bytes | None, bytes]) -> bytes:
     ((("../evil", None, b"x"),), "plain relative path"),
     ((("/etc/evil", None, b"x"),), "plain relative path"),
     ((("a/../../evil", None, b"x"),), "plain relative path"),
+    ((("a\nfake line", None, b"x"),), "plain relative path"),
+    ((("a\x1b[2Jb", None, b"x"),), "plain relative path"),
     ((("link", tarfile.SYMTYPE, b""),), "not a regular file"),
     ((("hard", tarfile.LNKTYPE, b""),), "not a regular file"),
     ((("fifo", tarfile.FIFOTYPE, b""),), "not a regular file"),
@@ -135,7 +137,7 @@ def test_unpacking_refuses_what_could_escape(tmp_path: Path, members: Any, match
 
 
 def test_unpacking_never_writes_twice_or_past_its_limit(tmp_path: Path) -> None:
-    with pytest.raises(FileExistsError):
+    with pytest.raises(TransferError, match="twice"):
         unpack_bundle(_tar(("a", None, b"1"), ("a", None, b"2")), tmp_path / "d1")
     with pytest.raises(TransferError, match="larger"):
         unpack_bundle(_tar(("a", None, b"x" * 100)), tmp_path / "d2", limit=10)
@@ -246,3 +248,145 @@ def test_a_spec_error_stops_the_sweep(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="expected a size"):
         run_sweep([_Plan("a")], tmp_path / "out", _SpecError(), progress=NoProgress())
     assert (tmp_path / "out" / "summary.parquet").is_file()
+
+
+def test_a_file_time_out_of_range_is_clamped(tmp_path: Path) -> None:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        info = tarfile.TarInfo("a")
+        info.size, info.mtime = 1, 10**20
+        tar.addfile(info, io.BytesIO(b"x"))
+    unpack_bundle(buf.getvalue(), tmp_path / "d")
+    assert (tmp_path / "d" / "a").read_bytes() == b"x"
+    assert (tmp_path / "d" / "a").stat().st_mtime <= 2**33
+
+
+@pytest.mark.parametrize("data", [b"", b"not a tar at all" * 100,
+                                  b"\0" * 511 + b"\1" + b"garbage" * 200])
+def test_unreadable_bytes_are_the_nodes_failure(tmp_path: Path, data: bytes) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(TransferError, match="r1"):
+        install_bundle(data, out, "r1")
+    assert list(out.iterdir()) == []
+
+
+def test_a_bundle_damaged_on_the_way_is_refused(tmp_path: Path) -> None:
+    import hashlib
+
+    data = pack_bundle(_bundle(tmp_path / "node").root)
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(TransferError, match="damaged"):
+        install_bundle(data, out, "r1", hashlib.sha256(data + b"x").hexdigest())
+    assert list(out.iterdir()) == []
+    install_bundle(data, out, "r1", hashlib.sha256(data).hexdigest())
+    assert Bundle(out / "r1").status() == COMPLETE
+
+
+def test_a_planted_scratch_folder_is_refused(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from testbed.run.cluster.node import SCRATCH_ENV, scratch_root
+
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    monkeypatch.setenv(SCRATCH_ENV, str(open_dir))
+    with pytest.raises(NodeError, match="writable by no one else"):
+        scratch_root()
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    (tmp_path / "elsewhere").mkdir(mode=0o700)
+    monkeypatch.setenv(SCRATCH_ENV, str(tmp_path / "link"))
+    with pytest.raises(NodeError, match="scratch folder"):
+        scratch_root()
+    monkeypatch.setenv(SCRATCH_ENV, str(tmp_path / "new" / "scratch"))
+    root = scratch_root()
+    assert root.is_dir() and (root.stat().st_mode & 0o777) == 0o700
+
+
+class _Att:
+    def __init__(self, run_id: str, tries: int = 1):
+        import time
+
+        self.plan, self.tries, self.t_start = _Plan(run_id), tries, time.time()
+
+
+class _Notes(NoProgress):
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+
+    def note(self, line: str) -> None:
+        self.notes.append(line)
+
+
+def _done(data: bytes | None, **kw: Any) -> dict[str, Any]:
+    return {"kind": DONE, "status": COMPLETE, "error": None, "wall_s": 12.5,
+            "node_info": {"hostname": "lab1", "ray_node_id": "abcdef0123"}, "bundle": data,
+            **kw}
+
+
+def test_the_head_installs_a_run_once_and_reports_its_own_time(tmp_path: Path) -> None:
+    from testbed.run.cluster.executor import RayExecutor
+
+    ex, out = RayExecutor(retries=2), tmp_path / "out"
+    out.mkdir()
+    data = pack_bundle(_bundle(tmp_path / "node").root)
+    res = ex._settle(_Att("r1"), _done(data), out, _Notes())  # type: ignore[arg-type]
+    assert res is not None and res.status == COMPLETE and res.bundle
+    assert res.wall_s == 12.5 and res.node == "lab1/abcdef01"
+    assert ex.done_by_node == {"lab1/abcdef01": 1}
+
+
+def test_a_bad_bundle_is_sent_again_then_given_up(tmp_path: Path) -> None:
+    from testbed.run.cluster.executor import RayExecutor
+
+    ex, out, notes = RayExecutor(retries=1), tmp_path / "out", _Notes()
+    out.mkdir()
+    again = ex._settle(_Att("r1"), _done(b"garbage" * 100), out, notes)  # type: ignore[arg-type]
+    assert again is None and "sending it again (try 2 of 2)" in notes.notes[-1]
+    given_up = ex._settle(_Att("r1", tries=2), _done(b"garbage"), out, notes)  # type: ignore[arg-type]
+    assert given_up is not None and given_up.status == FAILED
+    assert not given_up.bundle and "gave up after 2 tries" in (given_up.error or "")
+    assert list(out.iterdir()) == []
+
+
+def test_the_heads_own_write_error_stops_the_sweep(tmp_path: Path) -> None:
+    from testbed.run.cluster.executor import RayExecutor
+
+    out = tmp_path / "out"
+    out.write_text("a file, not a folder")
+    data = pack_bundle(_bundle(tmp_path / "node").root)
+    with pytest.raises(RunError, match="could not install its bundle"):
+        RayExecutor()._settle(_Att("r1"), _done(data), out, _Notes())  # type: ignore[arg-type]
+
+
+def test_a_spec_error_from_a_node_stops_the_sweep(tmp_path: Path) -> None:
+    from testbed.run.cluster.executor import RayExecutor
+
+    res = {"kind": SPEC, "error": "spec.toml: transport.cc: 'cubicc' is unknown",
+           "wall_s": 0.0, "node_info": {}, "bundle": None}
+    with pytest.raises(InputError, match="cubicc"):
+        RayExecutor()._settle(_Att("r1"), res, tmp_path, _Notes())  # type: ignore[arg-type]
+
+
+class _Nodes:
+    """What `RayExecutor._nowhere` asks of Ray: the live nodes and their resources."""
+
+    def __init__(self, *ids: str):
+        self.ids = ids
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return [{"NodeID": i, "Alive": True, "Resources": {"testbed": 1.0}} for i in self.ids]
+
+
+def test_a_control_no_node_has_stops_the_sweep_once_every_node_said_so() -> None:
+    from testbed.run.cluster.executor import RayExecutor, _Attempt
+
+    att = _Attempt(_Plan("r1"))
+    res = {"kind": NODE, "error": "node lab2: transport.cc 'cubicc': this kernel offers "
+           "reno cubic", "unsupported": True}
+    att.unsupported.add("a")
+    RayExecutor._nowhere(_Nodes("a", "b"), att, res)  # type: ignore[arg-type]  # b may have it
+    att.unsupported.add("b")
+    with pytest.raises(InputError, match=r"cubicc.*every node of the cluster, 2"):
+        RayExecutor._nowhere(_Nodes("a", "b"), att, res)  # type: ignore[arg-type]

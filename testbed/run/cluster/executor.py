@@ -7,11 +7,14 @@ node sends back into ``--out`` (`testbed.run.cluster.transfer.install_bundle`); 
 bookkeeping -- run ids, resume, ``summary.parquet``, reports -- is `run_sweep`'s, as for
 a local sweep.
 
-Failures: a worker or node that dies mid-run is retried by Ray itself (``max_retries``,
-system failures only); a run that failed because of the node (it lacks a feature, its
-interfaces were taken, its bundle arrived damaged, or Ray gave up on it) is sent again,
-to another node when one offers the resource, up to ``retries`` times, and then counts
-as failed without a bundle.  A spec error reported by a node stops the sweep at once.
+Failures: a run that failed because of the node (its worker or the whole node died, it
+lacks a feature, its interfaces were taken, its bundle arrived damaged or unreadable) is
+sent again, preferably to another node offering the resource, up to ``retries`` times,
+and then counts as failed without a bundle; Ray itself retries nothing, so ``retries``
+counts every try.  When every node says its kernel lacks what a run's spec asks for (a
+congestion control no node has: most likely a typo), the sweep stops as for a spec
+error.  A node that can run nothing (it lacks features) gets no more runs of
+the sweep when another node can take them.  A spec error reported by a node stops the sweep at once.
 Each run's bundle is installed once: a task's result is read once.
 """
 
@@ -58,6 +61,8 @@ class _Attempt:
     tries: int = 1
     t_start: float = field(default_factory=time.time)
     avoid: set[str] = field(default_factory=set)  # node ids that failed this run
+    # ... of which those whose kernel lacks what the run's spec asks for
+    unsupported: set[str] = field(default_factory=set)
 
 
 class RayExecutor(Executor):
@@ -76,6 +81,7 @@ class RayExecutor(Executor):
         self.amount = amount
         self.poll_s = poll_s
         self.done_by_node: Counter[str] = Counter()
+        self.unfit: set[str] = set()  # nodes that can run nothing (they lack features)
 
     def runs(self, todo: list[Any], out: Path, progress: Progress,
              extra_meta: dict[str, Any]) -> Iterator[tuple[Any, RunOutcome]]:
@@ -84,13 +90,15 @@ class RayExecutor(Executor):
         ray = import_ray()
         started = not ray.is_initialized()
         if started:
-            ray.init(address=self.address or "auto", logging_level="ERROR",
-                     log_to_driver=False, configure_logging=False)
+            self._connect(ray)
         pending: dict[Any, _Attempt] = {}
+        self.done_by_node = Counter()  # per sweep (a study runs several)
         try:
             self._check_resource(ray)
+            # Ray retries nothing itself: a task whose worker or node died comes back as
+            # an error and is sent again here, so --retries counts every kind of retry
             task = ray.remote(run_on_node).options(
-                resources={RESOURCE: self.amount}, num_cpus=0, max_retries=self.retries,
+                resources={RESOURCE: self.amount}, num_cpus=0, max_retries=0,
                 retry_exceptions=False)
             progress.begin(0, f"{len(todo)} run(s) on the Ray cluster")
             for plan in todo:
@@ -108,10 +116,19 @@ class RayExecutor(Executor):
                     outcome = self._settle(att, res, out, progress)
                     if outcome is None:  # sent again
                         att.tries += 1
-                        if res.get("node_info", {}).get("ray_node_id"):
-                            att.avoid.add(res["node_info"]["ray_node_id"])
-                        pending[self._submit(ray, task, att.plan, extra_meta,
-                                             self._other_node(ray, att.avoid))] = att
+                        failed_on = res.get("node_info", {}).get("ray_node_id")
+                        if failed_on:
+                            att.avoid.add(failed_on)
+                            if res.get("unfit"):
+                                self.unfit.add(failed_on)
+                            if res.get("unsupported"):
+                                att.unsupported.add(failed_on)
+                                self._nowhere(ray, att, res)
+                        # a preferred node only when one is known to have failed it
+                        # (a task whose node died says no node: Ray places it anew)
+                        prefer = self._other_node(ray, att.avoid | self.unfit) \
+                            if att.avoid else None
+                        pending[self._submit(ray, task, att.plan, extra_meta, prefer)] = att
                         continue
                     self.current = att.plan.run_id
                     yield att.plan, outcome
@@ -121,6 +138,17 @@ class RayExecutor(Executor):
                     ray.cancel(ref, force=True)
             if started:
                 ray.shutdown()
+
+    def _connect(self, ray: Any) -> None:
+        """Join the cluster, or one line saying which address did not answer."""
+        try:
+            ray.init(address=self.address or "auto", logging_level="ERROR",
+                     log_to_driver=False, configure_logging=False)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            where = self.address or "RAY_ADDRESS or this machine"
+            line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise InputError(f"--address {where}: no Ray cluster to join ({line[:200]}); "
+                             "start one with `ray start --head` (docs/cluster.md)") from None
 
     def _check_resource(self, ray: Any) -> None:
         total = ray.cluster_resources().get(RESOURCE, 0)
@@ -137,12 +165,26 @@ class RayExecutor(Executor):
             return task.remote(plan, extra_meta)
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+        # soft, and spilled when that node is busy: a preference, never a wait for it
         return task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
-            node_id, soft=True)).remote(plan, extra_meta)
+            node_id, soft=True, _spill_on_unavailable=True)).remote(plan, extra_meta)
+
+    @staticmethod
+    def _nowhere(ray: Any, att: _Attempt, res: NodeResult) -> None:
+        """Stop the sweep (`InputError`) once every live node offering `RESOURCE` has said
+        that its kernel lacks what the run's spec asks for (a congestion control or
+        scheduler no node has: most likely a typo in the spec)."""
+        nodes = {str(n["NodeID"]) for n in ray.nodes()
+                 if n.get("Alive") and n.get("Resources", {}).get(RESOURCE, 0) > 0}
+        if nodes and nodes <= att.unsupported:
+            raise InputError(f"{res.get('error')} (every node of the cluster, "
+                             f"{len(nodes)}, says the same)")
 
     @staticmethod
     def _other_node(ray: Any, avoid: set[str]) -> str | None:
-        """A live node offering `RESOURCE` that has not failed this run (None: any)."""
+        """A live node offering `RESOURCE` that has not failed this run and is not unfit
+        (None: any node).  Only a preference (`_submit`): when it is busy, the run goes
+        to any other node with the resource free."""
         for n in ray.nodes():
             if n.get("Alive") and n.get("Resources", {}).get(RESOURCE, 0) > 0 \
                     and n.get("NodeID") not in avoid:
@@ -151,12 +193,13 @@ class RayExecutor(Executor):
 
     @staticmethod
     def _result(ray: Any, ref: Any) -> NodeResult:
-        """The task's result; a task Ray gave up on (its worker or node died, after Ray's
-        own retries) is the node's failure."""
+        """The task's result; a task whose worker or node died (Ray retries nothing
+        itself, see `runs`) is the node's failure."""
         try:
             return ray.get(ref)
         except Exception as exc:
-            line = (str(exc).strip().splitlines() or [""])[0]
+            # Ray's first sentence says what happened; the rest is where to look
+            line = (str(exc).strip().splitlines() or [""])[0].split(". ")[0]
             return NodeResult(kind="node", error=f"{type(exc).__name__}: {line}",
                               wall_s=0.0, node_info={}, bundle=None)
 
@@ -170,7 +213,14 @@ class RayExecutor(Executor):
         error = res.get("error")
         if res.get("kind") == DONE and res.get("bundle") is not None:
             try:
-                install_bundle(res["bundle"], out, run_id)
+                install_bundle(res["bundle"], out, run_id, res.get("sha256"))
+            except TransferError as exc:  # the node sent no usable bundle: run it again
+                error = f"node {label}: {exc}"
+            except OSError as exc:  # writing into --out here failed: not the node's fault
+                raise RunError(f"{run_id}: could not install its bundle into {out}: {exc}; "
+                               "finished runs are kept, run the command again to resume"
+                               ) from None
+            else:
                 self.done_by_node[label] += 1
                 failed = RunError(f"{run_id}: {error}") if res.get("status") == FAILED \
                     else None
@@ -178,16 +228,16 @@ class RayExecutor(Executor):
                 # time it waited in the queue or for the machine's emulation lock)
                 return RunOutcome(str(res.get("status")), error,
                                   float(res.get("wall_s") or 0.0), failed, node=label)
-            except (TransferError, OSError) as exc:
-                error = f"node {label}: {exc}"
         note = getattr(progress, "note", None)
         if att.tries <= self.retries:
             if note is not None:
                 note(f"{run_id}: {error}; sending it again (try {att.tries + 1} of "
                      f"{self.retries + 1})")
             return None
-        return RunOutcome(FAILED, f"{error} (gave up after {att.tries} tries)",
-                          time.time() - att.t_start, NodeError(str(error)), node=label)
+        return RunOutcome(FAILED, f"{error} (gave up after {att.tries} tries, "
+                          f"{time.time() - att.t_start:.0f} s after it was first sent)",
+                          float(res.get("wall_s") or 0.0), NodeError(str(error)), node=label,
+                          bundle=False)
 
     def _counts(self, running: int) -> str:
         """The progress line: runs under way and finished runs per node."""

@@ -10,13 +10,16 @@ as tar bytes (`testbed.run.cluster.transfer`).  The private folder is removed af
 
 What it returns (`NodeResult`, a plain dict so that any Ray version carries it): ``kind``
 ``done`` (a finished bundle, ``complete`` or ``failed``, in ``bundle``), ``node`` (the
-node, not the spec, failed the run: another node may succeed) or ``spec`` (the spec is
-wrong: the sweep stops), with ``error``, ``wall_s`` and ``node_info`` (`node_facts`).
+node, not the spec, failed the run: another node may succeed; ``unfit`` when it can run
+nothing at all) or ``spec`` (the spec is wrong: the sweep stops), with ``error``,
+``wall_s`` (the run's own time on the node), ``node_info`` (`node_facts`) and the
+bundle's ``sha256``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import pickle
@@ -57,6 +60,9 @@ class NodeResult(TypedDict, total=False):
     wall_s: float
     node_info: dict[str, Any]
     bundle: bytes | None
+    sha256: str  # of bundle, checked by the head
+    unfit: bool  # the node can run nothing (it lacks features): send it no more runs
+    unsupported: bool  # its kernel lacks what the spec asks for (a congestion control...)
 
 
 def failure_kind(exc: BaseException) -> str:
@@ -115,17 +121,30 @@ def node_mode() -> tuple[str | None, str]:
 
 def scratch_root() -> Path:
     """Where runs on this node write before their bundle is sent (``$TESTBED_CLUSTER_SCRATCH``,
-    else /var/tmp/testbed-cluster), created 0700."""
+    else /var/tmp/testbed-cluster), created 0700.  /var/tmp is open to every local user,
+    so the folder must be a real directory of ours that no one else can write: otherwise
+    another user could have planted it and swapped a run's plan (`NodeError`)."""
+    from testbed.core.statedir import private_dir
+
     root = Path(os.environ.get(SCRATCH_ENV) or DEFAULT_SCRATCH)
-    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        ok = private_dir(root)
+    except OSError as exc:
+        raise NodeError(f"{root}: cannot make the node's scratch folder: {exc}") from None
+    if not ok:
+        raise NodeError(f"{root}: the node's scratch folder must be a directory owned by "
+                        f"this user and writable by no one else; remove it (or set "
+                        f"{SCRATCH_ENV})")
     return root
 
 
 @contextlib.contextmanager
-def emulation_lock() -> Iterator[Path]:
+def emulation_lock() -> Iterator[tuple[Path, int]]:
     """Hold this machine's emulation lock (in the testbed's state directory); yields the
-    file that names the private folder of the run holding it.  Whatever a run that died
-    holding the lock left (its network, its folder) is removed first (`recover_leftovers`)."""
+    file that names the private folder of the run holding it, and the lock's file
+    descriptor (a `testbed vm` boot inherits it, so the lock stays held while the VM runs
+    even if this process dies).  Whatever a run that died holding the lock left (its
+    network, its folder) is removed first (`recover_leftovers`)."""
     import fcntl
 
     from testbed.net.cleanup import state_dir
@@ -137,7 +156,7 @@ def emulation_lock() -> Iterator[Path]:
         fcntl.flock(fd, fcntl.LOCK_EX)
         current = state / CURRENT_NAME
         recover_leftovers(current)
-        yield current
+        yield current, fd
     finally:
         os.close(fd)
 
@@ -175,25 +194,26 @@ def run_on_node(plan: Any, extra_meta: dict[str, Any]) -> NodeResult:
     info = node_facts(mode or "none")
     if mode is None:
         return NodeResult(kind=NODE, error=f"node {info['hostname']} {lacks}", wall_s=0.0,
-                          node_info=info, bundle=None)
+                          node_info=info, bundle=None, unfit=True)
     try:
-        with emulation_lock() as current:
+        with emulation_lock() as (current, lock_fd):
             folder = Path(tempfile.mkdtemp(prefix="run-", dir=scratch_root()))
             current.write_text(str(folder))
             try:
                 meta = {**extra_meta, "node": info}
                 outcome = _run_native(plan, folder, meta) if mode == "native" \
-                    else _run_in_vm(plan, folder, meta)
+                    else _run_in_vm(plan, folder, meta, lock_fd)
                 return _result(plan, folder / "out", outcome, info)
             finally:
                 shutil.rmtree(folder, ignore_errors=True)
                 current.unlink(missing_ok=True)
     except Exception as exc:  # the node's own trouble (state dir, scratch, VM boot)
-        kind = SPEC if failure_kind(exc) == SPEC else NODE
+        # a spec error surfaces in the run's outcome (`_result`); an InputError here is
+        # the node's (its state directory, a scratch path its VM cannot share)
         error = str(exc) if isinstance(exc, TestbedError) else f"{type(exc).__name__}: {exc}"
-        return NodeResult(kind=kind,
-                          error=error if kind == SPEC else f"node {info['hostname']}: {error}",
-                          wall_s=round(time.time() - t0, 3), node_info=info, bundle=None)
+        return NodeResult(kind=NODE, error=f"node {info['hostname']}: {error}",
+                          wall_s=round(time.time() - t0, 3), node_info=info, bundle=None,
+                          unsupported=isinstance(exc, UnsupportedError))
 
 
 def _result(plan: Any, out: Path, outcome: RunOutcome, info: dict[str, Any]) -> NodeResult:
@@ -203,10 +223,15 @@ def _result(plan: Any, out: Path, outcome: RunOutcome, info: dict[str, Any]) -> 
         kind = SPEC if kind == SPEC else NODE
         return NodeResult(kind=kind, error=outcome.error if kind == SPEC
                           else f"node {info['hostname']}: {outcome.error}",
-                          wall_s=outcome.wall_s, node_info=info, bundle=None)
+                          wall_s=outcome.wall_s, node_info=info, bundle=None,
+                          unsupported=isinstance(outcome.exc, UnsupportedError))
+    try:
+        data = pack_bundle(out / plan.run_id)
+    except TestbedError as exc:  # a link or device inside the bundle: this node's doing
+        raise NodeError(str(exc)) from None
     return NodeResult(kind=DONE, status=outcome.status, error=outcome.error,
-                      wall_s=outcome.wall_s, node_info=info,
-                      bundle=pack_bundle(out / plan.run_id))
+                      wall_s=outcome.wall_s, node_info=info, bundle=data,
+                      sha256=hashlib.sha256(data).hexdigest())
 
 
 def _run_native(plan: Any, folder: Path, meta: dict[str, Any],
@@ -222,24 +247,29 @@ def _run_native(plan: Any, folder: Path, meta: dict[str, Any],
                    NoProgress(), meta)
 
 
-def _run_in_vm(plan: Any, folder: Path, meta: dict[str, Any]) -> RunOutcome:
+def _run_in_vm(plan: Any, folder: Path, meta: dict[str, Any], lock_fd: int) -> RunOutcome:
     """Run plan inside ``testbed vm`` on this node (`main` there, analysis deferred), then
-    its analysis here (the VM's software emulation makes it ~10x slower)."""
+    its analysis here (the VM's software emulation makes it ~10x slower).  The VM holds
+    the emulation lock (lock_fd) as long as it runs."""
     from testbed.machine import vm
     from testbed.run.execute import analyze_run
     from testbed.run.sweep import finish_deferred
 
     with open(folder / "plan.pickle", "wb") as f:
         pickle.dump((plan, {**meta, "node": {**meta["node"], "mode": "vm"}}), f)
-    vm.run_in_vm([sys.executable, "-m", "testbed.run.cluster.node", str(folder)],
-                 outputs=[folder], quiet=True)
+    try:
+        vm.run_in_vm([sys.executable, "-m", "testbed.run.cluster.node", str(folder)],
+                     outputs=[folder], quiet=True, keep_fds=(lock_fd,))
+    except InputError as exc:  # e.g. a scratch path the VM cannot share: this node's
+        raise NodeError(f"testbed vm: {exc}") from None
     try:
         done = json.loads((folder / "outcome.json").read_text())
     except (OSError, ValueError) as exc:
         raise NodeError(f"the run inside `testbed vm` left no outcome ({exc})") from None
     exc: Exception | None = None
     if done.get("kind") == NODE:
-        exc = NodeError(done.get("error") or "failed inside `testbed vm`")
+        what = UnsupportedError if done.get("unsupported") else NodeError
+        exc = what(done.get("error") or "failed inside `testbed vm`")
     elif done.get("kind") == SPEC:
         exc = InputError(done.get("error") or "spec error")
     elif done["status"] == COMPLETE:
@@ -257,9 +287,11 @@ def main(folder: Path) -> int:
     try:
         res = _run_native(plan, folder, meta, analyze=False)
         kind = DONE if res.exc is None else failure_kind(res.exc)
-        done = {"kind": kind, "status": res.status, "error": res.error, "wall_s": res.wall_s}
+        done = {"kind": kind, "status": res.status, "error": res.error, "wall_s": res.wall_s,
+                "unsupported": isinstance(res.exc, UnsupportedError)}
     except Exception as exc:
-        done = {"kind": failure_kind(exc), "status": FAILED, "error": str(exc), "wall_s": 0}
+        done = {"kind": failure_kind(exc), "status": FAILED, "error": str(exc), "wall_s": 0,
+                "unsupported": isinstance(exc, UnsupportedError)}
     (folder / "outcome.json").write_text(json.dumps(done))
     return 0
 

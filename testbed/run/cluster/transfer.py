@@ -14,6 +14,7 @@ holds a partial bundle (docs/security.md).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import os
 import shutil
@@ -23,11 +24,12 @@ import tempfile
 from pathlib import Path, PurePosixPath
 
 from testbed.core import safefiles
-from testbed.core.errors import NodeError
+from testbed.core.errors import NodeError, TestbedError
 from testbed.results.bundle import COMPLETE, FAILED, Bundle, move_aside
 
 MAX_BUNDLE_BYTES = 8 << 30  # what one bundle may unpack to
 MAX_MEMBERS = 200_000
+MAX_MTIME = float(1 << 33)  # year 2242: a file's time past it is clamped, not refused
 STAGING_PREFIX = ".incoming-"
 
 
@@ -72,7 +74,7 @@ def _member_path(name: str) -> PurePosixPath:
     """A member's name as a safe relative path, or `TransferError`."""
     p = PurePosixPath(name)
     if not name or p.is_absolute() or any(part in ("", ".", "..") for part in p.parts) \
-            or "\\" in name or "\0" in name:
+            or "\\" in name or any(ord(c) < 32 or ord(c) == 127 for c in name):
         raise TransferError(f"bundle member {name!r}: not a plain relative path")
     return p
 
@@ -95,26 +97,31 @@ def unpack_bundle(data: bytes, dest: Path, limit: int = MAX_BUNDLE_BYTES) -> Non
             target = dest / rel
             parent = safefiles.check(dest, target.parent, "dir") if rel.parent.parts else None
             if parent is not None:
-                raise TransferError(f"bundle member {info.name}: its folder is {parent}")
+                raise TransferError(f"bundle member {info.name!r}: its folder is {parent}")
             if info.isdir():
                 with contextlib.suppress(FileExistsError):
                     target.mkdir(mode=0o755)
                 if safefiles.check(dest, target, "dir") is not None:
-                    raise TransferError(f"bundle member {info.name}: not a folder")
+                    raise TransferError(f"bundle member {info.name!r}: not a folder")
                 continue
             if not info.isreg():
-                raise TransferError(f"bundle member {info.name}: not a regular file or folder")
+                raise TransferError(f"bundle member {info.name!r}: not a regular file or folder")
             total += info.size
             if total > limit:
                 raise TransferError(f"bundle is larger than {limit} bytes")
             src = tar.extractfile(info)
             if src is None:
-                raise TransferError(f"bundle member {info.name}: no data")
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
-                         safefiles.FILE_MODE)
+                raise TransferError(f"bundle member {info.name!r}: no data")
+            try:
+                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                             safefiles.FILE_MODE)
+            except FileExistsError:
+                raise TransferError(f"bundle member {info.name!r}: in the bundle twice "
+                                    "(or a link where it would go)") from None
             with os.fdopen(fd, "wb") as f:
                 shutil.copyfileobj(src, f)
-            os.utime(target, (info.mtime, info.mtime))
+            mtime = min(max(float(info.mtime), 0.0), MAX_MTIME)
+            os.utime(target, (mtime, mtime))
 
 
 def check_finished(bundle: Bundle, run_id: str) -> str:
@@ -134,19 +141,36 @@ def check_finished(bundle: Bundle, run_id: str) -> str:
     raise TransferError(f"{run_id}: the bundle sent back is {status}, not finished")
 
 
-def install_bundle(data: bytes, out: Path, run_id: str) -> Bundle:
+def install_bundle(data: bytes, out: Path, run_id: str, sha256: str | None = None
+                   ) -> Bundle:
     """Unpack a bundle sent back by a node into ``out/<run id>``, atomically.
+
+    sha256: the digest of data the node computed (`pack_bundle`'s caller); a mismatch is
+    a bundle damaged on the way.  Any bundle that cannot be read or checked raises
+    `TransferError` (the node's failure: the run is sent again); an error writing into
+    out is this machine's and raises as it is (`OSError`).
 
     It is unpacked into a hidden staging folder inside out, checked (`check_finished`),
     then renamed into place; an unfinished bundle already there is moved aside to
     ``_attempts`` first (as a local sweep does).  On any error nothing is left in out.
     """
     out = Path(out)
+    if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
+        raise TransferError(f"{run_id}: the bundle arrived damaged (its sha256 differs "
+                            "from the one the node computed)")
     staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{run_id}-", dir=out))
     try:
-        unpack_bundle(data, staging / run_id)
-        received = Bundle(staging / run_id)
-        check_finished(received, run_id)
+        try:
+            unpack_bundle(data, staging / run_id)
+            received = Bundle(staging / run_id)
+            check_finished(received, run_id)
+        except TransferError:
+            raise
+        except (tarfile.TarError, ValueError, OverflowError, TestbedError) as exc:
+            # unreadable tar bytes, a member the tar reader cannot represent, a metadata
+            # or manifest the bundle readers refuse: the node sent no usable bundle
+            raise TransferError(f"{run_id}: the bundle sent back cannot be read: "
+                                f"{type(exc).__name__}: {exc}") from None
         final = Bundle(out / run_id)
         if os.path.lexists(final.root):
             move_aside(out, final)
