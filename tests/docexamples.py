@@ -30,6 +30,7 @@ from __future__ import annotations
 import glob
 import re
 import shlex
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -154,30 +155,37 @@ def _code_lines(text: str) -> list[tuple[int, str, bool]]:
     return out
 
 
-def commands_in(text: str, name: str, root: Path | None = None) -> list[DocCommand]:
-    """Every testbed command in one markdown text (name: its path, for messages; root:
-    where a ``for`` loop's glob is expanded)."""
-    found: list[DocCommand] = []
+def _shown(text: str, inline: re.Pattern[str], starts: Callable[[str], bool]
+           ) -> Iterator[tuple[int, int, str, bool]]:
+    """(first line, last line, words, in a code block) of every command one markdown
+    text shows: inline code spans matching inline (group 1), and code-block lines for
+    which starts(line without its prefixes) holds, continued while a quote is open or a
+    backslash ends the line."""
     lines = _code_lines(text)
     i = 0
     while i < len(lines):
         n, line, code = lines[i]
         i += 1
         if not code:
-            for m in _INLINE.finditer(line):
-                found.extend(_parsed(m.group(1), name, n, n))
+            for m in inline.finditer(line):
+                yield n, n, m.group(1), False
             continue
-        start = _strip(line)
-        if not (start.startswith("testbed ") or start.startswith("for ")):
+        buf = _strip(line)
+        if not starts(buf):
             continue
-        if "testbed " not in start:
-            continue
-        buf = start
         while not _complete(buf) and i < len(lines) and lines[i][2]:
             buf = buf.rstrip().removesuffix("\\") + "\n" + lines[i][1].strip()
             i += 1
-        last = lines[i - 1][0]
-        found.extend(_loop(buf, name, n, last, root) if buf.startswith("for ")
+        yield n, lines[i - 1][0], buf, True
+
+
+def commands_in(text: str, name: str, root: Path | None = None) -> list[DocCommand]:
+    """Every testbed command in one markdown text (name: its path, for messages; root:
+    where a ``for`` loop's glob is expanded)."""
+    found: list[DocCommand] = []
+    for n, last, buf, block in _shown(
+            text, _INLINE, lambda w: w.startswith(("testbed ", "for ")) and "testbed " in w):
+        found.extend(_loop(buf, name, n, last, root) if block and buf.startswith("for ")
                      else _parsed(buf, name, n, last))
     return found
 
@@ -224,24 +232,11 @@ def scripts_in(text: str, name: str) -> list[DocCommand]:
     backslash continues the line): ``argv`` is ``python``, the script's path and its
     arguments.  One inside ``testbed vm -- ...`` is a testbed command (`commands_in`)."""
     found: list[DocCommand] = []
-    lines = _code_lines(text)
-    i = 0
-    while i < len(lines):
-        n, line, code = lines[i]
-        i += 1
-        if not code:
-            for m in _SCRIPT_INLINE.finditer(line):
-                words = _strip(m.group(1))
-                if _SCRIPT.match(words):
-                    found.extend(_parsed(words, name, n, n))
-            continue
-        buf = _strip(line)
-        if not _SCRIPT.match(buf):
-            continue
-        while not _complete(buf) and i < len(lines) and lines[i][2]:
-            buf = buf.rstrip().removesuffix("\\") + "\n" + lines[i][1].strip()
-            i += 1
-        found.extend(_parsed(buf, name, n, lines[i - 1][0]))
+    for n, last, words, _block in _shown(text, _SCRIPT_INLINE,
+                                         lambda w: bool(_SCRIPT.match(w))):
+        words = _strip(words)
+        if _SCRIPT.match(words):
+            found.extend(_parsed(words, name, n, last))
     return found
 
 
