@@ -59,7 +59,9 @@ def make_executor(executor: str, address: str | None, retries: int) -> Executor 
     from testbed.run.cluster.executor import RayExecutor, import_ray
 
     import_ray()  # says how to get Ray before anything else happens
-    return RayExecutor(address=address, retries=retries)
+    ex = RayExecutor(address=address, retries=retries)
+    ex.check_address()  # ... and that its cluster answers, before any folder is made
+    return ex
 
 
 def register(app: typer.Typer) -> None:

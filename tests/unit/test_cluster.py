@@ -390,3 +390,25 @@ def test_a_control_no_node_has_stops_the_sweep_once_every_node_said_so() -> None
     att.unsupported.add("b")
     with pytest.raises(InputError, match=r"cubicc.*every node of the cluster, 2"):
         RayExecutor._nowhere(_Nodes("a", "b"), att, res)  # type: ignore[arg-type]
+
+
+def test_an_address_where_nothing_listens_is_one_line(tmp_path: Path) -> None:
+    """Ray would keep trying such an address for minutes; the CLI refuses it at once,
+    before any folder is made."""
+    pytest.importorskip("ray", reason="Ray is not installed (scripts/install --cluster)")
+    import socket
+
+    from typer.testing import CliRunner
+
+    from testbed.cli.app import app
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now
+    spec = Path(__file__).resolve().parents[2] / "experiments/p2_three_paths/quick/cc.toml"
+    res = CliRunner().invoke(app, ["run", str(spec), "--out", str(tmp_path / "o"),
+                                   "--executor", "ray", "--address", f"127.0.0.1:{port}"])
+    assert res.exit_code == 2, res.output
+    assert f"--address 127.0.0.1:{port}: no Ray cluster answers there" in res.output
+    assert "Traceback" not in res.output and not (tmp_path / "o").exists()

@@ -21,6 +21,8 @@ Each run's bundle is installed once: a task's result is read once.
 from __future__ import annotations
 
 import contextlib
+import os
+import socket
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -139,8 +141,23 @@ class RayExecutor(Executor):
             if started:
                 ray.shutdown()
 
+    def check_address(self) -> None:
+        """Refuse in one line an address where nothing listens (`InputError`): Ray itself
+        would keep trying it for minutes."""
+        address = self.address or os.environ.get("RAY_ADDRESS")
+        if not address or address == "auto":
+            return
+        host, _, port = address.removeprefix("ray://").rpartition(":")
+        try:
+            socket.create_connection((host or address, int(port)), timeout=10).close()
+        except (OSError, ValueError) as exc:
+            raise InputError(f"--address {address}: no Ray cluster answers there ({exc}); "
+                             "give the head's HOST:PORT as `ray start --head` printed it "
+                             "(docs/cluster.md)") from None
+
     def _connect(self, ray: Any) -> None:
         """Join the cluster, or one line saying which address did not answer."""
+        self.check_address()
         try:
             ray.init(address=self.address or "auto", logging_level="ERROR",
                      log_to_driver=False, configure_logging=False)
