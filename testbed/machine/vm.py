@@ -169,7 +169,9 @@ def cached_trees(prefix: str = sys.prefix) -> list[tuple[str, str]]:
     return trees
 
 
-PRIVATE_IN_VM = ("/tmp",)  # vng --rw overlays these: the guest's writes stay in the VM
+# the guest's writes under these stay in the VM: vng --rw overlays /tmp, and the guest's
+# init mounts a fresh tmpfs over /var/tmp (a cluster node's default scratch folder)
+PRIVATE_IN_VM = ("/tmp", "/var/tmp")
 
 
 def _is_private(path: str) -> bool:
@@ -247,7 +249,8 @@ def output_mounts(trees: list[tuple[str, str]]) -> str:
     return _per_tree(trees, lambda tag, q: (
         f"{{ mkdir -p {q} && mount -t 9p -o {WRITABLE_MOUNT_OPTS} {tag} {q}; }} || "
         f"{{ echo 'testbed vm: error: cannot share '{q}' with the VM, so results written "
-        "there would not reach this machine; use a results folder outside /tmp' >&2; "
+        "there would not reach this machine; use a results folder outside /tmp and "
+        "/var/tmp' >&2; "
         "exit 2; }"))
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -108,7 +109,9 @@ def test_ray_sweep_survives_a_dead_worker(tmp_path):
     spec = tmp_path / "spec.toml"
     spec.write_text(SPEC)
     local, remote = tmp_path / "local", tmp_path / "ray"
-    scratch = tmp_path / "scratch"
+    # under /var/tmp, as the nodes' default scratch folder is: the VM's init mounts a
+    # fresh tmpfs there, so a run's folder must be shared with the VM explicitly
+    scratch = Path(tempfile.mkdtemp(prefix="tbscratch", dir="/var/tmp")) / "scratch"
 
     t = time.time()
     res = subprocess.run([*TESTBED, "run", str(spec), "--out", str(local)],
@@ -156,6 +159,8 @@ def test_ray_sweep_survives_a_dead_worker(tmp_path):
     assert not (remote / "_attempts").exists()
     assert not [p.name for p in remote.iterdir() if p.name.startswith(".incoming-")]
     assert not scratch.exists() or not list(scratch.iterdir())
+    shutil.rmtree(scratch.parent, ignore_errors=True)
+    shutil.rmtree(ray_tmp, ignore_errors=True)
     for run in st:
         assert _files(remote / run) == _files(local / run), run
         b = remote / run

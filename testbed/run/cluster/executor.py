@@ -151,7 +151,8 @@ class RayExecutor(Executor):
         try:
             socket.create_connection((host or address, int(port)), timeout=10).close()
         except (OSError, ValueError) as exc:
-            raise InputError(f"--address {address}: no Ray cluster answers there ({exc}); "
+            named = f"--address {address}" if self.address else f"RAY_ADDRESS={address}"
+            raise InputError(f"{named}: no Ray cluster answers there ({exc}); "
                              "give the head's HOST:PORT as `ray start --head` printed it "
                              "(docs/cluster.md)") from None
 
@@ -162,9 +163,12 @@ class RayExecutor(Executor):
             ray.init(address=self.address or "auto", logging_level="ERROR",
                      log_to_driver=False, configure_logging=False)
         except (ConnectionError, RuntimeError, ValueError) as exc:
-            where = self.address or "RAY_ADDRESS or this machine"
+            address = self.address or os.environ.get("RAY_ADDRESS")
+            where = (f"--address {self.address}" if self.address else
+                     f"RAY_ADDRESS={address}" if address else
+                     "no --address given, and this machine")
             line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise InputError(f"--address {where}: no Ray cluster to join ({line[:200]}); "
+            raise InputError(f"{where}: no Ray cluster to join ({line[:200]}); "
                              "start one with `ray start --head` (docs/cluster.md)") from None
 
     def _check_resource(self, ray: Any) -> None:

@@ -45,7 +45,8 @@ from testbed.run.cluster.transfer import pack_bundle
 from testbed.run.sweep import NoProgress, RunOutcome, run_one
 
 SCRATCH_ENV = "TESTBED_CLUSTER_SCRATCH"
-DEFAULT_SCRATCH = Path("/var/tmp/testbed-cluster")  # on disk, and seen by `testbed vm`
+DEFAULT_SCRATCH = Path("/var/tmp/testbed-cluster")  # on disk; shared with `testbed vm` by
+# run_in_vm(outputs=...), since the VM mounts a fresh tmpfs over /var/tmp
 LOCK_NAME = "cluster-emulation.lock"
 CURRENT_NAME = "cluster-current"  # the private folder of the run holding the lock
 DONE, NODE, SPEC = "done", "node", "spec"
