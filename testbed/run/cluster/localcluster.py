@@ -163,6 +163,19 @@ class LocalCluster:
                 return pid
         raise RunError(f"worker {worker}: no raylet process under pid {node.pid}")
 
+    def busy_worker(self, task: str = "run_on_node") -> int | None:
+        """The number (0-based) of a worker node now executing a task of that name (Ray
+        titles such a worker process ``ray::<task>``), or None when none is."""
+        for n, node in enumerate(self.procs[1:]):
+            for pid in _children(node.pid):
+                try:
+                    title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+                except OSError:
+                    continue
+                if title.decode(errors="replace").startswith(f"ray::{task}"):
+                    return n
+        return None
+
     def kill_worker(self, worker: int) -> int:
         """Kill worker node number worker (0-based) as a machine dying would: its raylet
         and every other process of the node (its ``ray start``, its Ray workers and what
