@@ -13,8 +13,9 @@ sent again, preferably to another node offering the resource, up to ``retries`` 
 and then counts as failed without a bundle; Ray itself retries nothing, so ``retries``
 counts every try.  When every node says its kernel lacks what a run's spec asks for (a
 congestion control no node has: most likely a typo), the sweep stops as for a spec
-error.  A node that can run nothing (it lacks features) gets no more runs of
-the sweep when another node can take them.  A spec error reported by a node stops the sweep at once.
+error.  A node that can run nothing (it lacks features) gets no more runs of the sweep
+when another node can take them.  A spec error reported by a node stops the sweep at
+once.
 Each run's bundle is installed once: a task's result is read once.
 """
 
@@ -141,17 +142,24 @@ class RayExecutor(Executor):
             if started:
                 ray.shutdown()
 
+    def _where(self) -> tuple[str | None, str]:
+        """The address to join (``--address``, else ``RAY_ADDRESS``; None: this machine's
+        cluster) and how an error line names it."""
+        address = self.address or os.environ.get("RAY_ADDRESS")
+        named = (f"--address {address}" if self.address else
+                 f"RAY_ADDRESS={address}" if address else "no --address given, and this machine")
+        return address, named
+
     def check_address(self) -> None:
         """Refuse in one line an address where nothing listens (`InputError`): Ray itself
         would keep trying it for minutes."""
-        address = self.address or os.environ.get("RAY_ADDRESS")
+        address, named = self._where()
         if not address or address == "auto":
             return
         host, _, port = address.removeprefix("ray://").rpartition(":")
         try:
             socket.create_connection((host or address, int(port)), timeout=10).close()
         except (OSError, ValueError) as exc:
-            named = f"--address {address}" if self.address else f"RAY_ADDRESS={address}"
             raise InputError(f"{named}: no Ray cluster answers there ({exc}); "
                              "give the head's HOST:PORT as `ray start --head` printed it "
                              "(docs/cluster.md)") from None
@@ -163,12 +171,8 @@ class RayExecutor(Executor):
             ray.init(address=self.address or "auto", logging_level="ERROR",
                      log_to_driver=False, configure_logging=False)
         except (ConnectionError, RuntimeError, ValueError) as exc:
-            address = self.address or os.environ.get("RAY_ADDRESS")
-            where = (f"--address {self.address}" if self.address else
-                     f"RAY_ADDRESS={address}" if address else
-                     "no --address given, and this machine")
             line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise InputError(f"{where}: no Ray cluster to join ({line[:200]}); "
+            raise InputError(f"{self._where()[1]}: no Ray cluster to join ({line[:200]}); "
                              "start one with `ray start --head` (docs/cluster.md)") from None
 
     def _check_resource(self, ray: Any) -> None:
