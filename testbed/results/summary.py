@@ -125,8 +125,26 @@ def runs_frame(out: Path) -> pd.DataFrame:
     rows = [run_row(b) for b in bundles(out)]
     df = pd.DataFrame(rows, columns=None if rows else list(IDENTITY_COLUMNS))
     for col in df.columns:
-        df[col] = _uniform(df[col])
+        df[col] = _declared(col, _uniform(df[col]))
     return df
+
+
+def _declared(name: str, col: pd.Series) -> pd.Series:
+    """A numeric column declared in `testbed.results.columns` (table RUNS) as float64,
+    whatever its values: a column whose every value is null is otherwise untyped
+    (``object``), so the same column's type would depend on the runs a folder holds.  A
+    column holding something else than numbers (a crafted metadata.json) stays as it is."""
+    from testbed.results.columns import FLT, INT, table
+
+    try:
+        kind = table("runs").col(name).dtype
+    except KeyError:
+        return col
+    values = [v for v in col if v is not None and v == v]
+    numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+    if numbers and (kind == FLT or (kind == INT and len(values) < len(col))):
+        return col.astype("float64")
+    return col
 
 
 def _uniform(col: pd.Series) -> pd.Series:
@@ -145,9 +163,21 @@ def write_summary(out: Path) -> Path:
     """Rewrite ``DIR/summary.parquet`` (atomically) from the bundles; return its path."""
     import io
 
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from testbed.results.columns import INT, table
+
     df = runs_frame(out)
+    data = pa.Table.from_pandas(df, preserve_index=False)
+    for i, field in enumerate(data.schema):
+        try:  # an int64 column with a null: pandas made it float64; the file keeps int64
+            if table("runs").col(field.name).dtype == INT and pa.types.is_floating(field.type):
+                data = data.set_column(i, field.name, data.column(i).cast(pa.int64()))
+        except (KeyError, pa.ArrowInvalid):  # not declared, or not whole numbers: as is
+            pass
     buf = io.BytesIO()
-    df.to_parquet(buf, index=False)
+    pq.write_table(data, buf)
     path = Path(out) / SUMMARY
     atomic_write_bytes(path, buf.getvalue())
     return path

@@ -106,6 +106,47 @@ def test_runs_view_columns_are_declared(tmp_path):
     assert C.undocumented("runs", ["param:seed", "param:fidelity", "param:setup_s"]) == []
 
 
+def _headline_everywhere(out: Path, **headline) -> None:
+    for meta_path in out.glob("*/metadata.json"):
+        meta = json.loads(meta_path.read_text())
+        if meta.get("headline") is not None:
+            meta["headline"] = dict(headline)
+            meta_path.write_text(json.dumps(meta))
+
+
+def test_summary_types_do_not_depend_on_which_values_are_null(tmp_path):
+    from test_results import FakeRunner, plans
+
+    from testbed.results.summary import write_summary
+
+    both = {}
+    for name, reorder in (("measured", 0.25), ("unmeasured", None)):
+        out = tmp_path / name
+        run_sweep(plans()[:3], out, FakeRunner(fail={1}))
+        _headline_everywhere(out, flows=2, bytes=10, reorder_ratio_mean=reorder,
+                             ooo_percent=None if reorder is None else 3)
+        schema = pq.read_schema(write_summary(out))
+        for field in schema:
+            if field.name in C.names("runs") and str(field.type) != "null":
+                want = C.table("runs").col(field.name).dtype
+                assert str(field.type) in ARROW_KINDS[want], (name, field.name, field.type)
+        # every declared float64 column is typed, all-null ones included
+        assert str(schema.field("reorder_ratio_mean").type) == "double", name
+        assert str(schema.field("fidelity_rate_ratio_min").type) == "double", name
+        both[name] = dict(pd.read_parquet(out / "summary.parquet").dtypes.astype(str))
+    assert both["measured"] == both["unmeasured"]
+    # a failed run has no flows: the int64 column reads as float64 in pandas, with a gap
+    assert both["measured"]["flows"] == "float64"
+
+
+def test_a_crafted_non_numeric_value_in_a_float_column_is_kept_as_text(tmp_path):
+    from test_results import FakeRunner, plans
+
+    run_sweep(plans()[:2], tmp_path, FakeRunner())
+    _headline_everywhere(tmp_path, reorder_ratio_mean="lots")
+    assert list(runs_frame(tmp_path)["reorder_ratio_mean"]) == ["lots", "lots"]
+
+
 def test_an_undocumented_column_fails_the_check(written):
     docs = DOCS.read_text(encoding="utf-8")
     frame = pd.read_parquet(written / "metrics" / "flows.parquet")
