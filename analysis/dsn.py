@@ -29,6 +29,18 @@ def key_origins(flows: pd.DataFrame, ddir: np.ndarray) -> dict[str, int]:
     return origin
 
 
+# the columns of `dsn_analysis` and their types, which an empty result keeps: frames of
+# several captures are concatenated, and an untyped empty one would turn the boolean
+# columns into objects (``~`` of a Python bool is -1 or -2, not its negation)
+DSN_COLUMNS = {"token": "str", "flow": "int64", "row": "int64", "ts": "int64",
+               "dsn": "int64", "end": "int64", "reinjected": "bool", "reordered": "bool",
+               "extent": "int64"}
+
+
+def _no_segments() -> pd.DataFrame:
+    return pd.DataFrame({k: pd.Series(dtype=t) for k, t in DSN_COLUMNS.items()})
+
+
 def dsn_analysis(tbl: T.PacketTable, fl: Flows, seg: pd.DataFrame, ddir: np.ndarray,
                  origins: dict[str, int] | None = None) -> pd.DataFrame:
     """MPTCP data-level analysis of the data segments of every connection in this capture.
@@ -44,9 +56,8 @@ def dsn_analysis(tbl: T.PacketTable, fl: Flows, seg: pd.DataFrame, ddir: np.ndar
     tok = flows["mptcp_token"].to_numpy()
     fdir = ddir[seg["flow"].to_numpy()]
     d = seg[(seg["dir"].to_numpy() == fdir) & (tok[seg["flow"].to_numpy()] != "")].copy()
-    cols = ["token", "flow", "row", "ts", "dsn", "end", "reinjected", "reordered", "extent"]
     if not len(d):
-        return pd.DataFrame({k: [] for k in cols})
+        return _no_segments()
     rows = d["row"].to_numpy()
     has_map = (c["dss_flags"][rows] & T.DSS_M) != 0
     m_dsn = c["dsn"][rows].copy()
@@ -78,7 +89,7 @@ def dsn_analysis(tbl: T.PacketTable, fl: Flows, seg: pd.DataFrame, ddir: np.ndar
     d["dsn8"] = m_dsn8[src]
     d = d[ok & (d["payload"] > 0).to_numpy()]
     if not len(d):
-        return pd.DataFrame({k: [] for k in cols})
+        return _no_segments()
     # subflow sequence offset: SSN is relative to the subflow ISN (first data byte = 1)
     syn = flows["syn_seen"].to_numpy()[d["flow"].to_numpy()]
     firstmap = d.groupby("flow")[["seq", "map_ssn"]].transform("first")
@@ -116,6 +127,7 @@ def connection_table(dsn: pd.DataFrame, flows: pd.DataFrame) -> pd.DataFrame:
             "dsn_reordered_packets", "dsn_reorder_ratio", "dsn_reorder_extent_max"]
     if not len(dsn):
         return pd.DataFrame({k: [] for k in cols})
+    dsn = dsn.astype({"reinjected": bool, "reordered": bool})  # whatever a concat made
     g = dsn.groupby("token")
     uniq = (~dsn["reinjected"]).groupby(dsn["token"]).sum()
     # bytes carried once: the union of the data-sequence ranges (a range the sender had

@@ -1,0 +1,58 @@
+"""An MPTCP connection's data level when one of the receiver's captures saw no data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+from craft import CLIENT, CLIENT2, SERVER, T0, mptcp_connection, write
+
+from analysis import bundle
+
+SERVER2 = "10.0.3.2"
+
+
+def _run(tmp_path: Path, second_capture: list) -> pd.DataFrame:
+    run = tmp_path / "run"
+    (run / "pcap").mkdir(parents=True)
+    packets = mptcp_connection([0, 1, 2, 4, 3, 5, 7, 6])
+    write(run / "pcap" / "server-server-eth0.pcap", packets)
+    if second_capture is not None:
+        write(run / "pcap" / "server-server-eth1.pcap", second_capture)
+    meta = {"status": "complete", "t0": T0, "interfaces": {
+        "server-eth0": {"host": "server", "path": "wifi", "addr": SERVER},
+        "server-eth1": {"host": "server", "path": "3g", "addr": SERVER2},
+        "client-eth0": {"host": "client", "path": "wifi", "addr": CLIENT},
+        "client-eth1": {"host": "client", "path": "3g", "addr": CLIENT2}}}
+    (run / "metadata.json").write_text(json.dumps(meta))
+    bundle.analyze_bundle(run)
+    return pd.read_parquet(run / "metrics" / "flows.parquet")
+
+
+def test_a_receiver_capture_without_data_changes_no_count(tmp_path):
+    alone = _run(tmp_path / "a", None)
+    # the receiver's second interface saw only a SYN of the joining subflow: no data
+    syn_only = [p for p in mptcp_connection() if p.sprintf("%TCP.flags%") == "S"][1:]
+    both = _run(tmp_path / "b", syn_only)
+    cols = ["bytes", "data_packets", "reordered_packets", "reorder_ratio",
+            "reorder_extent_max"]
+    a = alone[alone["kind"] == "connection"].iloc[0]
+    b = both[both["kind"] == "connection"].iloc[0]
+    assert a["data_packets"] == 8 and a["reordered_packets"] == 2
+    assert a["reorder_ratio"] == 2 / 8
+    assert b[cols].tolist() == a[cols].tolist()
+    assert b["capture_receiver"] == "server-server-eth0,server-server-eth1"
+
+
+def test_the_data_level_of_a_capture_without_data_keeps_its_types(tmp_path):
+    from analysis.capture import CaptureAnalysis
+    from analysis.dsn import DSN_COLUMNS
+
+    full, empty = tmp_path / "full.pcap", tmp_path / "empty.pcap"
+    write(full, mptcp_connection())
+    write(empty, [p for p in mptcp_connection() if p.sprintf("%TCP.flags%") == "S"])
+    for path, rows in ((full, 8), (empty, 0)):
+        dsn = CaptureAnalysis.of(path).dsn
+        assert len(dsn) == rows
+        assert dict(dsn.dtypes.astype(str)) == DSN_COLUMNS, path.name
