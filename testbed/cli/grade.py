@@ -18,7 +18,10 @@ _ASSIGNMENT = typer.Option("--assignment", "-a", metavar="NAME",
 def _taken_in(path: Path, tmp: Path) -> Path:
     from testbed.grade.intake import Entry, take_in
 
-    return take_in(Entry("bundle", path), tmp / "in")
+    # under its own name: a single bundle given is found as itself, and its folder's name
+    # is the run id every line is about
+    name = Path(path).resolve().name or "in"
+    return take_in(Entry("bundle", path), tmp / "in" / name)
 
 
 def check_cmd(assignment: str, bundle: Path) -> int:

@@ -56,3 +56,32 @@ def test_the_data_level_of_a_capture_without_data_keeps_its_types(tmp_path):
         dsn = CaptureAnalysis.of(path).dsn
         assert len(dsn) == rows
         assert dict(dsn.dtypes.astype(str)) == DSN_COLUMNS, path.name
+
+
+def test_verify_names_a_single_bundle_by_its_run_id_and_sees_stale_metrics(tmp_path):
+    from typer.testing import CliRunner
+
+    from testbed.cli.app import app
+    from testbed.results.bundle import Bundle
+    from testbed.results.summary import take_analysis
+
+    _run(tmp_path / "out", None)
+    run = (tmp_path / "out" / "run").rename(tmp_path / "out" / "mp-0123456789-r1")
+    b = Bundle(run)  # what a sweep stores after the analysis: the headline, the manifest
+    meta = b.read_metadata()
+    take_analysis(meta, bundle.analyze_bundle(run))
+    b.write_metadata(meta)
+    b.write_sha256_manifest()
+    for target in (run, run.parent):  # the bundle, or its results folder
+        res = CliRunner().invoke(app, ["verify", str(target)])
+        assert res.stdout.splitlines() == ["mp-0123456789-r1: ok"], res.output
+        assert res.exit_code == 0
+    # metrics written by the analysis before the fix above: the count of a connection
+    flows = pd.read_parquet(run / "metrics" / "flows.parquet")
+    flows.loc[flows["kind"] == "connection", "data_packets"] = -8
+    flows.to_parquet(run / "metrics" / "flows.parquet")
+    b.write_sha256_manifest()
+    res = CliRunner().invoke(app, ["verify", str(run)])
+    assert res.exit_code == 1
+    assert res.stdout.startswith("mp-0123456789-r1: stored metrics differ from the "
+                                 "captures' (flows)"), res.output
