@@ -30,6 +30,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from testbed.results.columns import out_of_range
+
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(os.geteuid() != 0, reason="a run needs root")]
 
@@ -180,6 +182,12 @@ def test_ray_sweep_survives_a_dead_worker(tmp_path):
 
     # the summary: the same shape as the local sweep's
     a, b = pd.read_parquet(local / "summary.parquet"), pd.read_parquet(remote / "summary.parquet")
+    # and every value within its column's range (docs/bundle.md), on both sides
+    assert out_of_range("runs", a) == out_of_range("runs", b) == []
+    for run in st:
+        for side in (local, remote):
+            assert out_of_range("flows", pd.read_parquet(side / run / "metrics/flows.parquet")) \
+                == [], (side.name, run)
     assert list(a.columns) == list(b.columns)
     assert dict(a.dtypes.astype(str)) == dict(b.dtypes.astype(str))
     assert sorted(a["run_id"]) == sorted(b["run_id"]) and len(b) == 4

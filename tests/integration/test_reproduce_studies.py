@@ -304,6 +304,31 @@ def test_every_study_run_matches_the_sha256_manifest_it_wrote(studies_out: Path)
           f"sha256sum -c on {checked} runs")
 
 
+def test_every_study_table_holds_only_values_its_definitions_allow(studies_out: Path) -> None:
+    """Every metrics table of every quick-study run, and every summary, within the ranges
+    docs/bundle.md gives its columns (a negative count or a fraction above 1 is a defect
+    of the analysis, whatever the emulation did)."""
+    import pandas as pd
+
+    from testbed.results.columns import out_of_range
+    from testbed.results.query import VIEWS
+
+    bad, tables = [], 0
+    for metrics in sorted(studies_out.glob("*-quick/*/*/metrics")):
+        for view in VIEWS:
+            f = metrics / f"{view}.parquet"
+            if f.is_file():
+                tables += 1
+                bad += [f"{metrics.parent.name}: {line}"
+                        for line in out_of_range(view, pd.read_parquet(f))]
+    summaries = sorted(studies_out.glob("*-quick/*/summary.parquet"))
+    for f in summaries:
+        bad += [f"{f.parent.name}: {line}" for line in out_of_range("runs", pd.read_parquet(f))]
+    assert tables > 200 and len(summaries) > 15
+    assert not bad, "\n".join(bad)
+    print(f"\nFIGURES ranges: {tables} metrics tables and {len(summaries)} summaries in range")
+
+
 def test_p0_coupled_congestion_control(studies_out: Path) -> None:
     """Issue 17 on P0's quick runs (the testbed's BPF controls on the VM's 6.1 kernel): at
     a shared 10 Mbit/s bottleneck (30 s, 3 runs each) a 2-subflow MPTCP connection with

@@ -9,6 +9,7 @@ import pandas as pd
 from craft import CLIENT, CLIENT2, SERVER, T0, mptcp_connection, write
 
 from analysis import bundle
+from testbed.results.columns import out_of_range
 
 SERVER2 = "10.0.3.2"
 
@@ -43,6 +44,7 @@ def test_a_receiver_capture_without_data_changes_no_count(tmp_path):
     assert a["reorder_ratio"] == 2 / 8
     assert b[cols].tolist() == a[cols].tolist()
     assert b["capture_receiver"] == "server-server-eth0,server-server-eth1"
+    assert out_of_range("flows", both) == []
 
 
 def test_the_data_level_of_a_capture_without_data_keeps_its_types(tmp_path):
