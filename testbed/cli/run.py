@@ -60,7 +60,7 @@ def make_executor(executor: str, address: str | None, retries: int) -> Executor 
 
     import_ray()  # says how to get Ray before anything else happens
     ex = RayExecutor(address=address, retries=retries)
-    ex.check_address()  # ... and that its cluster answers, before any folder is made
+    ex.join()  # ... and that its cluster answers and can run runs, before any folder is made
     return ex
 
 

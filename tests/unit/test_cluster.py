@@ -412,3 +412,22 @@ def test_an_address_where_nothing_listens_is_one_line(tmp_path: Path) -> None:
     assert res.exit_code == 2, res.output
     assert f"--address 127.0.0.1:{port}: no Ray cluster answers there" in res.output
     assert "Traceback" not in res.output and not (tmp_path / "o").exists()
+
+
+def test_no_address_and_no_cluster_here_is_one_line_and_makes_no_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("ray", reason="Ray is not installed (scripts/install --cluster)")
+    from typer.testing import CliRunner
+
+    from testbed.cli.app import app
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "no-ray-here"))  # no local cluster
+    repo = Path(__file__).resolve().parents[2]
+    study = repo / "experiments" / "p2_three_paths"
+    spec = study / "quick" / "cc.toml"
+    for cmd in (["run", str(spec)], ["study", str(study), "--variant", "quick"]):
+        res = CliRunner().invoke(app, [*cmd, "--out", str(tmp_path / "o"), "--executor", "ray"])
+        assert res.exit_code == 2, res.output
+        assert "no --address given, and this machine: no Ray cluster to join" in res.output
+        assert "Traceback" not in res.output and not (tmp_path / "o").exists()

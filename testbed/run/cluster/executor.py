@@ -142,6 +142,15 @@ class RayExecutor(Executor):
             if started:
                 ray.shutdown()
 
+    def join(self) -> None:
+        """Join the cluster now and check that it offers `RESOURCE` (one line and exit 2
+        when not), so that a command refuses a cluster before it makes any folder.  The
+        sweeps then run on this connection; Ray ends it when the process exits."""
+        ray = import_ray()
+        if not ray.is_initialized():
+            self._connect(ray)
+        self._check_resource(ray)
+
     def _where(self) -> tuple[str | None, str]:
         """The address to join (``--address``, else ``RAY_ADDRESS``; None: this machine's
         cluster) and how an error line names it."""
