@@ -392,6 +392,22 @@ def test_a_control_no_node_has_stops_the_sweep_once_every_node_said_so() -> None
         RayExecutor._nowhere(_Nodes("a", "b"), att, res)  # type: ignore[arg-type]
 
 
+def test_the_last_node_to_lack_a_control_stops_the_sweep_before_a_retry_is_announced(
+        ) -> None:
+    from testbed.run.cluster.executor import RayExecutor, _Attempt
+
+    att = _Attempt(_Plan("r1"))
+    lacks = {"kind": NODE, "error": "node lab2: transport.cc 'cubicc': this kernel offers "
+             "reno cubic", "unsupported": True}
+    nodes = _Nodes("a", "b")
+    first = RayExecutor._blame(nodes, att, {**lacks, "node_info": {"ray_node_id": "a"}})
+    assert first == "a" and att.unsupported == {"a"}  # b may have it: sent again
+    assert RayExecutor._blame(nodes, att, {"kind": NODE, "error": "disk full",
+                                           "node_info": {"ray_node_id": "b"}}) == "b"
+    with pytest.raises(InputError, match="every node of the cluster, 2"):
+        RayExecutor._blame(nodes, att, {**lacks, "node_info": {"ray_node_id": "b"}})
+
+
 def test_an_address_where_nothing_listens_is_one_line(tmp_path: Path) -> None:
     """Ray would keep trying such an address for minutes; the CLI refuses it at once,
     before any folder is made."""

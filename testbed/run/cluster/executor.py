@@ -116,17 +116,15 @@ class RayExecutor(Executor):
                 for ref in ready:
                     att = pending.pop(ref)
                     res = self._result(ray, ref)
+                    # a spec no node can run stops here, before a line says it is sent again
+                    failed_on = self._blame(ray, att, res)
                     outcome = self._settle(att, res, out, progress)
                     if outcome is None:  # sent again
                         att.tries += 1
-                        failed_on = res.get("node_info", {}).get("ray_node_id")
                         if failed_on:
                             att.avoid.add(failed_on)
                             if res.get("unfit"):
                                 self.unfit.add(failed_on)
-                            if res.get("unsupported"):
-                                att.unsupported.add(failed_on)
-                                self._nowhere(ray, att, res)
                         # a preferred node only when one is known to have failed it
                         # (a task whose node died says no node: Ray places it anew)
                         prefer = self._other_node(ray, att.avoid | self.unfit) \
@@ -202,6 +200,19 @@ class RayExecutor(Executor):
         # soft, and spilled when that node is busy: a preference, never a wait for it
         return task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
             node_id, soft=True, _spill_on_unavailable=True)).remote(plan, extra_meta)
+
+    @classmethod
+    def _blame(cls, ray: Any, att: _Attempt, res: NodeResult) -> str | None:
+        """The Ray node id of the node that failed the run (None: none did, or it is
+        unknown); a node whose kernel lacks what the spec asks for is counted, and when
+        every node has said so the sweep stops (`_nowhere`)."""
+        if res.get("kind") == DONE and res.get("bundle") is not None:
+            return None
+        failed_on = res.get("node_info", {}).get("ray_node_id")
+        if failed_on and res.get("unsupported"):
+            att.unsupported.add(failed_on)
+            cls._nowhere(ray, att, res)
+        return failed_on
 
     @staticmethod
     def _nowhere(ray: Any, att: _Attempt, res: NodeResult) -> None:
