@@ -41,8 +41,9 @@ Where analysis deliberately differs from tshark's ``tcp.analysis`` flags (tests 
 the sequence numbers already seen and the sender's TCP timestamps.  So a retransmission that
 arrives quickly is a retransmission here (tshark: out-of-order, Wireshark issue 13863) and a
 segment the network delayed longer than one RTT is reordered here (tshark: retransmission).
-Without TCP timestamps a segment below the highest sequence number whose start was not
-seen before counts as reordered.  tshark's relative ``mptcp.dsn`` starts at 1, ours at 0.
+Without TCP timestamps a segment below the highest sequence number that brings bytes no
+earlier segment carried counts as reordered (one that brings none is a retransmission,
+whatever its boundaries).  tshark's relative ``mptcp.dsn`` starts at 1, ours at 0.
 
 Limits: MPTCP subflows are grouped only when the connection's MP_CAPABLE keys (or a join's
 token matching them) were captured; the packet table (about 80 bytes per packet) and the

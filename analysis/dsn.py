@@ -3,8 +3,10 @@
 Each data segment's DSN is its DSS mapping's DSN plus its offset in the mapping (a mapping
 carries forward to the packets that carry none; MPTCP v1's first data may ride on the third
 ACK's MP_CAPABLE), relative to the connection's IDSN when its key was captured, else to the
-first DSN seen.  A DSN seen before is a reinjection or retransmission; reordering is
-classified as on subflows (`analysis.sequence.reorder_analysis`).  `connection_table` sums
+first DSN seen.  A segment whose data had been seen before (at the same DSN, or cut at
+other boundaries: MPTCP maps data it sends again anew) is a reinjection or retransmission;
+reordering is classified as on subflows (`analysis.sequence.reorder_analysis`), without
+the timestamp rule, since each subflow's TSvals run on a clock of its own.  `connection_table` sums
 it up per connection.
 """
 

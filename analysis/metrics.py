@@ -9,16 +9,20 @@ Definitions (all at the capture point of the table):
   relative to the ISN (SYN seen) or to the first packet of the direction.
 * A segment is *behind* when it starts below the highest byte seen so far in its flow
   direction (RFC 4737's NextExp).  A behind segment is a *retransmission* when its start
-  was seen before or, with TCP timestamps, when its TSval is newer than every earlier
-  segment's (it was sent later, so the network did not reorder it); otherwise it is
-  *reordered*.  Reordered-packet ratio = reordered / (unique segments), reordering extent
-  of a reordered packet = its arrival index minus that of the first packet with a higher
+  was seen before, when earlier segments had carried every byte of it (a retransmission
+  cut at other boundaries than the first transmission), or, with TCP timestamps, when its
+  TSval is newer than every earlier segment's (it was sent later, so the network did not
+  reorder it); otherwise it is *reordered*: it brings bytes never seen, late.
+  Reordered-packet ratio = reordered / (unique segments), reordering extent of a
+  reordered packet = its arrival index minus that of the first packet with a higher
   sequence number (RFC 4737 sections 4.1 and 4.2.1).  A flow's ``retransmissions`` also
   counts SYNs and FINs sent again, in both directions (as tshark does); its
   ``loss_estimate`` is data retransmissions / unique data segments.
 * MPTCP data level: the same, on each packet's data sequence number (DSN of its DSS mapping
-  plus its offset in the mapping) across all subflows of a connection; a DSN seen before
-  is a reinjection or retransmission.
+  plus its offset in the mapping) across all subflows of a connection, without the
+  timestamp rule (each subflow has its own TSval clock); a segment whose data had been
+  seen before, at the same DSN or cut otherwise (MPTCP maps data it sends again anew), is
+  a reinjection or retransmission.
 * FCT: first SYN (or first packet) to the first ACK covering the last data byte.
 * RTT samples: a new, never-retransmitted segment to the first ACK covering it (Karn).
 * Delivered bytes: how far each ACK from the data receiver moves the cumulative

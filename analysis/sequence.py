@@ -179,7 +179,14 @@ def reorder_analysis(group: np.ndarray, start: np.ndarray, end: np.ndarray,
         has = ts > 0
         prev_ts = running_max_before(np.where(has, ts, -1), st, -1)
         late = has & (prev_ts >= 0) & (ts > prev_ts)
-    retrans = behind & (dup | late)
+    # a segment that brings no byte an earlier one had not carried (a retransmission cut
+    # at other boundaries than the first transmission, as MPTCP's data level and TCP's
+    # re-segmented retransmissions are) is a retransmission, not a late original
+    maybe = np.flatnonzero(behind & ~(dup | late))
+    covered = np.zeros(n, bool)
+    if len(maybe):
+        covered[maybe] = _brings_nothing_new(np.asarray(group), start, end, st, maybe)
+    retrans = behind & (dup | late | covered)
     reordered = behind & ~retrans
     extent = np.zeros(n, np.int64)
     r = np.flatnonzero(reordered)
@@ -193,6 +200,18 @@ def reorder_analysis(group: np.ndarray, start: np.ndarray, end: np.ndarray,
         first_higher = np.searchsorted(lifted, start[r] + gi[r] * (2 * span + 1), "right")
         extent[r] = pos[r] - first_higher
     return {"retrans": retrans, "reordered": reordered, "extent": extent}
+
+
+def _brings_nothing_new(group: np.ndarray, start: np.ndarray, end: np.ndarray,
+                        st: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """For the segments idx (arrival order within contiguous groups; st: group starts),
+    whether earlier segments of their group had carried every byte of them."""
+    gi = np.cumsum(st) - 1
+    groups = np.unique(gi[idx])
+    rows = np.flatnonzero(np.isin(gi, groups))  # only the groups concerned
+    new = first_seen_bytes(gi[rows], start[rows], end[rows])
+    at = np.searchsorted(rows, idx)
+    return new[at] == 0
 
 
 def first_seen_bytes(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:

@@ -173,8 +173,9 @@ FLOWS = Table("flows", "metrics/flows.parquet",
                   Col("retransmissions", INT, "packets", "segments sent again, SYN/FIN "
                       "included, both directions (tshark's count)"),
                   Col("reordered_packets", INT, "packets", "data segments that arrived behind "
-                      "a later one without being retransmissions (RFC 4737), at "
-                      "`capture_receiver`; data level for a connection"),
+                      "a later one, bringing bytes no earlier segment carried, without being "
+                      "retransmissions (RFC 4737), at `capture_receiver`; data level for a "
+                      "connection"),
                   Col("reorder_ratio", FLT, "fraction", "`reordered_packets / data_packets`; null "
                       "when the row has no data segment"),
                   Col("reorder_extent_max", INT, "packets", "largest reordering extent "

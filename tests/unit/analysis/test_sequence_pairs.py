@@ -1,4 +1,5 @@
-"""`duplicated_pairs_at` and `pair_keys` agree with the full `duplicated_pairs`."""
+"""`duplicated_pairs_at` and `pair_keys` agree with the full `duplicated_pairs`; how
+`reorder_analysis` classifies segments, by hand and against a byte-by-byte reading."""
 
 from __future__ import annotations
 
@@ -63,3 +64,56 @@ def test_unwrap32_and_running_max_as_naive(groups):
         want[i] = cur
         cur = max(cur, int(v[i]))
     assert np.array_equal(got, want)
+
+
+def _classify(group, start, end, tsval=None):
+    from analysis.sequence import reorder_analysis
+
+    ra = reorder_analysis(np.array(group), np.array(start, np.int64),
+                          np.array(end, np.int64), None if tsval is None else np.array(tsval))
+    return ["R" if r else "o" if o else "." for r, o in
+            zip(ra["retrans"].tolist(), ra["reordered"].tolist(), strict=True)]
+
+
+def test_a_retransmission_cut_at_other_boundaries_is_no_reordering():
+    # 0-1000, 1000-2000, 2000-3000 arrive; then 500-1500 (every byte seen: a retransmission
+    # cut otherwise) and 2500-3500 (starts behind and brings new bytes: reordered)
+    g = [0] * 5
+    assert _classify(g, [0, 1000, 2000, 500, 2500], [1000, 2000, 3000, 1500, 3500]) == \
+        [".", ".", ".", "R", "o"]
+    # a hole filled late is reordered; the same bytes once more, cut otherwise, are not
+    assert _classify(g, [0, 2000, 1000, 1200, 3000], [1000, 3000, 2000, 1800, 4000]) == \
+        [".", ".", "o", "R", "."]
+    # the same start seen before, and a later TSval, stay retransmissions; groups apart
+    assert _classify([0, 0, 0, 1, 1], [0, 1000, 0, 0, 1000], [1000, 2000, 1000, 1000, 2000]) \
+        == [".", ".", "R", ".", "."]
+    assert _classify(g[:3], [0, 2000, 1000], [1000, 3000, 2000], tsval=[1, 2, 3]) == \
+        [".", ".", "R"]
+
+
+def _naive_classes(group, start, end):
+    """RFC 4737 read byte by byte: behind the highest byte so far, a segment is a
+    retransmission when its start or every byte of it arrived before, else reordered."""
+    out, starts, seen, hi = [], {}, {}, {}
+    for g, s, e in zip(group, start, end, strict=True):
+        had = seen.setdefault(g, set())
+        behind = g in hi and s < hi[g]
+        again = s in starts.setdefault(g, set()) or set(range(s, e)) <= had
+        out.append("." if not behind else "R" if again else "o")
+        starts[g].add(s)
+        had |= set(range(s, e))
+        hi[g] = max(hi.get(g, e), e)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_classes_as_a_naive_byte_by_byte_reading(seed):
+    rng = np.random.default_rng(seed)
+    group, start, end = [], [], []
+    for g in range(20):
+        for _ in range(int(rng.integers(1, 30))):
+            s = int(rng.integers(0, 60))
+            group.append(g)
+            start.append(s)
+            end.append(s + int(rng.integers(1, 12)))
+    assert _classify(group, start, end) == _naive_classes(group, start, end)
