@@ -20,7 +20,12 @@ def _taken_in(path: Path, tmp: Path) -> Path:
 
     # under its own name: a single bundle given is found as itself, and its folder's name
     # is the run id every line is about
-    name = Path(path).resolve().name or "in"
+    name = Path(path).resolve().name
+    for suffix in (".tar.gz", ".tgz", ".tar", ".zip"):  # an archive of one bundle
+        if name.lower().endswith(suffix) and len(name) > len(suffix):
+            name = name[:-len(suffix)]
+            break
+    name = name or "in"
     return take_in(Entry("bundle", path), tmp / "in" / name)
 
 

@@ -400,12 +400,13 @@ def test_the_last_node_to_lack_a_control_stops_the_sweep_before_a_retry_is_annou
     lacks = {"kind": NODE, "error": "node lab2: transport.cc 'cubicc': this kernel offers "
              "reno cubic", "unsupported": True}
     nodes = _Nodes("a", "b")
-    first = RayExecutor._blame(nodes, att, {**lacks, "node_info": {"ray_node_id": "a"}})
-    assert first == "a" and att.unsupported == {"a"}  # b may have it: sent again
-    assert RayExecutor._blame(nodes, att, {"kind": NODE, "error": "disk full",
-                                           "node_info": {"ray_node_id": "b"}}) == "b"
+    RayExecutor._count_unsupported(nodes, att, {**lacks, "node_info": {"ray_node_id": "a"}})
+    assert att.unsupported == {"a"}  # b may have it: sent again
+    RayExecutor._count_unsupported(nodes, att, {"kind": NODE, "error": "disk full",
+                                                "node_info": {"ray_node_id": "b"}})
+    assert att.unsupported == {"a"}
     with pytest.raises(InputError, match="every node of the cluster, 2"):
-        RayExecutor._blame(nodes, att, {**lacks, "node_info": {"ray_node_id": "b"}})
+        RayExecutor._count_unsupported(nodes, att, {**lacks, "node_info": {"ray_node_id": "b"}})
 
 
 def test_an_address_where_nothing_listens_is_one_line(tmp_path: Path) -> None:
@@ -447,3 +448,90 @@ def test_no_address_and_no_cluster_here_is_one_line_and_makes_no_folder(
         assert res.exit_code == 2, res.output
         assert "no --address given, and this machine: no Ray cluster to join" in res.output
         assert "Traceback" not in res.output and not (tmp_path / "o").exists()
+
+
+class _Ref:
+    def __init__(self, result: dict[str, Any]):
+        self.result = result
+
+
+class _FakeTask:
+    def __init__(self, ray: _FakeRay, prefer: str | None = None):
+        self.ray, self.prefer = ray, prefer
+
+    def options(self, scheduling_strategy: Any = None, **_kw: Any) -> _FakeTask:
+        return _FakeTask(self.ray, getattr(scheduling_strategy, "node_id", self.prefer))
+
+    def remote(self, plan: Any, _extra: dict[str, Any]) -> _Ref:
+        self.ray.sent.append((plan.run_id, self.prefer))
+        return _Ref(self.ray.answers.pop(0))
+
+
+A, B = "a" * 56, "b" * 56  # Ray node ids (hex)
+
+
+class _FakeRay:
+    """Ray as `RayExecutor.runs` uses it, on a cluster of nodes A and B: each task sent
+    gets the next of answers (what `run_on_node` returned); sent records (run id, the
+    node preferred)."""
+
+    def __init__(self, answers: list[dict[str, Any]]):
+        self.answers, self.sent = list(answers), []  # type: ignore[var-annotated]
+
+    def is_initialized(self) -> bool:
+        return True
+
+    def cluster_resources(self) -> dict[str, float]:
+        return {"testbed": 2.0}
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return [{"NodeID": n, "Alive": True, "Resources": {"testbed": 1.0}} for n in (A, B)]
+
+    def remote(self, _fn: Any) -> _FakeTask:
+        return _FakeTask(self)
+
+    def wait(self, refs: list[Any], num_returns: int = 1, timeout: float | None = None
+             ) -> tuple[list[Any], list[Any]]:
+        return refs[:1], refs[1:]
+
+    def get(self, ref: _Ref) -> dict[str, Any]:
+        return ref.result
+
+    def cancel(self, ref: Any, force: bool = False) -> None:
+        pass
+
+
+def _sweep_on(fake: _FakeRay, out: Path, monkeypatch: pytest.MonkeyPatch
+              ) -> tuple[list[Any], list[str]]:
+    pytest.importorskip("ray", reason="Ray is not installed (scripts/install --cluster)")
+    from testbed.run.cluster import executor
+
+    monkeypatch.setattr(executor, "import_ray", lambda: fake)
+    notes = _Notes()
+    ex = executor.RayExecutor(retries=2)
+    got = list(ex.runs([_Plan("r1")], out, notes, {}))
+    return got, notes.notes
+
+
+def test_a_damaged_bundle_is_sent_again_to_another_node(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    good = pack_bundle(_bundle(tmp_path / "node").root)
+    fake = _FakeRay([_done(b"garbage" * 100, node_info={"hostname": "lab1", "ray_node_id": A}),
+                     _done(good, node_info={"hostname": "lab2", "ray_node_id": B})])
+    got, notes = _sweep_on(fake, out, monkeypatch)
+    assert fake.sent == [("r1", None), ("r1", B)]  # the second try avoids node A
+    assert [o.status for _plan, o in got] == [COMPLETE] and (out / "r1").is_dir()
+    assert len([n for n in notes if "sending it again (try 2 of 3)" in n]) == 1
+
+
+def test_a_spec_no_node_can_run_stops_before_a_retry_is_announced(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    lacks = {"kind": NODE, "error": "transport.cc 'cubicc': this kernel offers reno cubic",
+             "unsupported": True, "wall_s": 0.0, "bundle": None}
+    fake = _FakeRay([{**lacks, "node_info": {"hostname": "lab1", "ray_node_id": A}},
+                     {**lacks, "node_info": {"hostname": "lab2", "ray_node_id": B}}])
+    with pytest.raises(InputError, match="every node of the cluster, 2"):
+        _sweep_on(fake, tmp_path, monkeypatch)
+    assert fake.sent == [("r1", None), ("r1", B)]

@@ -117,10 +117,11 @@ class RayExecutor(Executor):
                     att = pending.pop(ref)
                     res = self._result(ray, ref)
                     # a spec no node can run stops here, before a line says it is sent again
-                    failed_on = self._blame(ray, att, res)
+                    self._count_unsupported(ray, att, res)
                     outcome = self._settle(att, res, out, progress)
-                    if outcome is None:  # sent again
+                    if outcome is None:  # sent again (the node failed it, or its bundle)
                         att.tries += 1
+                        failed_on = res.get("node_info", {}).get("ray_node_id")
                         if failed_on:
                             att.avoid.add(failed_on)
                             if res.get("unfit"):
@@ -202,17 +203,13 @@ class RayExecutor(Executor):
             node_id, soft=True, _spill_on_unavailable=True)).remote(plan, extra_meta)
 
     @classmethod
-    def _blame(cls, ray: Any, att: _Attempt, res: NodeResult) -> str | None:
-        """The Ray node id of the node that failed the run (None: none did, or it is
-        unknown); a node whose kernel lacks what the spec asks for is counted, and when
-        every node has said so the sweep stops (`_nowhere`)."""
-        if res.get("kind") == DONE and res.get("bundle") is not None:
-            return None
+    def _count_unsupported(cls, ray: Any, att: _Attempt, res: NodeResult) -> None:
+        """Count a node whose kernel lacks what the run's spec asks for; once every node
+        has said so, stop the sweep (`_nowhere`)."""
         failed_on = res.get("node_info", {}).get("ray_node_id")
         if failed_on and res.get("unsupported"):
             att.unsupported.add(failed_on)
             cls._nowhere(ray, att, res)
-        return failed_on
 
     @staticmethod
     def _nowhere(ray: Any, att: _Attempt, res: NodeResult) -> None:

@@ -74,9 +74,15 @@ def test_verify_names_a_single_bundle_by_its_run_id_and_sees_stale_metrics(tmp_p
     take_analysis(meta, bundle.analyze_bundle(run))
     b.write_metadata(meta)
     b.write_sha256_manifest()
-    for target in (run, run.parent):  # the bundle, or its results folder
+    import shutil
+
+    archive = shutil.make_archive(str(tmp_path / run.name), "zip", run.parent, run.name)
+    single = shutil.make_archive(str(tmp_path / "single" / run.name), "gztar", run)
+    # the bundle, its results folder, a zip holding the bundle's folder, a .tar.gz of the
+    # bundle's own files
+    for target in (run, run.parent, Path(archive), Path(single)):
         res = CliRunner().invoke(app, ["verify", str(target)])
-        assert res.stdout.splitlines() == ["mp-0123456789-r1: ok"], res.output
+        assert res.stdout.splitlines() == ["mp-0123456789-r1: ok"], (target, res.output)
         assert res.exit_code == 0
     # metrics written by the analysis before the fix above: the count of a connection
     flows = pd.read_parquet(run / "metrics" / "flows.parquet")
