@@ -25,7 +25,7 @@ import pandas as pd
 from analysis import order as O
 from analysis import samples as S
 from analysis.capture import CaptureAnalysis
-from analysis.dsn import connection_table
+from analysis.dsn import arrival_order, connection_table
 from analysis.pcap import DEFAULT_CHUNK_BYTES, Progress
 from analysis.rows import label_rows
 from analysis.run_series import TIMESERIES_COLUMNS, run_timeseries
@@ -183,11 +183,11 @@ def build_tables(caps: list[CaptureAnalysis], meta: dict, appflows: pd.DataFrame
     for token, sub in base[base["mptcp_token"] != ""].groupby("mptcp_token"):
         names = _receiver_captures(sub, cap_host, addrs, set(by_name)) or \
             [sub["capture_receiver"].iloc[0]]
-        dsn = pd.concat([by_name[n].dsn.assign(_cap=k) for k, n in enumerate(names)
-                         if n in by_name], ignore_index=True)
-        dsn = dsn[dsn["token"] == token].sort_values(["ts", "_cap"], kind="stable")
-        ct = connection_table(dsn.drop(columns="_cap"), sub.rename(
-            columns={"mptcp_token": "mptcp_token"}))
+        # one stream over every interface of the receiver, classified again as such: a
+        # segment on one interface is reordered or sent again with respect to the others
+        dsn = arrival_order([by_name[n].dsn[by_name[n].dsn["token"].to_numpy() == token]
+                             for n in names if n in by_name])
+        ct = connection_table(dsn, sub)
         if not len(ct):
             continue
         r = ct.iloc[0]

@@ -14,7 +14,6 @@ from analysis import metrics as M
 from analysis.dsn import connection_table, dsn_analysis, key_origins
 from analysis.flows import Flows, find_flows
 from analysis.pcap import DEFAULT_CHUNK_BYTES, Progress, read_packets
-from analysis.sequence import first_seen_bytes
 from analysis.table import PacketTable
 
 FLOW_ID_COLUMNS = ["proto", "src_addr", "sport", "dst_addr", "dport"]
@@ -104,9 +103,7 @@ class CaptureAnalysis:
         good = self.table.cols["payload"].astype(np.int64)
         seg = self.segments
         data = seg["payload"].to_numpy() > 0
-        grp = (seg["flow"].to_numpy() * 2 + seg["dir"].to_numpy())[data]
-        good[seg["row"].to_numpy()[data]] = first_seen_bytes(
-            grp, seg["seq"].to_numpy()[data], seg["end"].to_numpy()[data])
+        good[seg["row"].to_numpy()[data]] = seg["new_bytes"].to_numpy()[data]  # `M.segments`
         return good
 
     def dsn_origins(self) -> dict[str, int]:

@@ -36,7 +36,7 @@ def key_origins(flows: pd.DataFrame, ddir: np.ndarray) -> dict[str, int]:
 # columns into objects (``~`` of a Python bool is -1 or -2, not its negation)
 DSN_COLUMNS = {"token": "str", "flow": "int64", "row": "int64", "ts": "int64",
                "dsn": "int64", "end": "int64", "reinjected": "bool", "reordered": "bool",
-               "extent": "int64"}
+               "extent": "int64", "new": "int64"}
 
 
 def _no_segments() -> pd.DataFrame:
@@ -114,13 +114,39 @@ def dsn_analysis(tbl: T.PacketTable, fl: Flows, seg: pd.DataFrame, ddir: np.ndar
         rel_short = unwrap32((rawv & np.uint64(0xFFFFFFFF)).astype(np.uint32),
                              (orig & np.uint64(0xFFFFFFFF)).astype(np.uint32), gid)
         rel = np.where(short, rel_short, rel)
-    gid = pd.factorize(tokens)[0]
     payload = d["payload"].to_numpy()
-    ra = reorder_analysis(gid, rel, rel + payload)
-    return pd.DataFrame({"token": tokens, "flow": d["flow"].to_numpy(), "row": d["row"].to_numpy(),
-                         "ts": d["ts"].to_numpy(),
-                         "dsn": rel, "end": rel + payload, "reinjected": ra["retrans"],
-                         "reordered": ra["reordered"], "extent": ra["extent"]})
+    return classified(pd.DataFrame({"token": tokens, "flow": d["flow"].to_numpy(),
+                                    "row": d["row"].to_numpy(), "ts": d["ts"].to_numpy(),
+                                    "dsn": rel, "end": rel + payload}))
+
+
+def classified(dsn: pd.DataFrame) -> pd.DataFrame:
+    """dsn (token, dsn, end, ... of data segments in arrival order, rows of one
+    connection contiguous) with each segment's class at the data level: ``new`` (bytes no
+    earlier segment of the connection carried), ``reinjected``, ``reordered``, ``extent``
+    (`analysis.sequence.reorder_analysis`, without the timestamp rule: each subflow's
+    TSvals run on a clock of their own)."""
+    gid = pd.factorize(dsn["token"].to_numpy())[0]
+    start, end = dsn["dsn"].to_numpy(), dsn["end"].to_numpy()
+    new = first_seen_bytes(gid, start, end)
+    ra = reorder_analysis(gid, start, end, new_bytes=new)
+    return dsn.assign(reinjected=ra["retrans"], reordered=ra["reordered"],
+                      extent=ra["extent"], new=new)
+
+
+def arrival_order(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    """The data-level rows of several captures of one receiver (`dsn_analysis` frames) as
+    one stream per connection, in the order they arrived at any of the receiver's
+    interfaces (capture time, then capture), classified again over that stream: a segment
+    is reordered or sent again with respect to what arrived on every interface."""
+    parts = [p.assign(_cap=k) for k, p in enumerate(parts) if len(p)]
+    if not parts:
+        return _no_segments()
+    if len(parts) == 1:
+        return parts[0].drop(columns="_cap")
+    d = pd.concat(parts, ignore_index=True).sort_values(["token", "ts", "_cap"],
+                                                        kind="stable")
+    return classified(d.drop(columns="_cap").reset_index(drop=True))
 
 
 def connection_table(dsn: pd.DataFrame, flows: pd.DataFrame) -> pd.DataFrame:
@@ -135,8 +161,9 @@ def connection_table(dsn: pd.DataFrame, flows: pd.DataFrame) -> pd.DataFrame:
     # bytes carried once: the union of the data-sequence ranges (a range the sender had
     # assigned but nobody saw by the end -- still queued or lost -- is not counted)
     byt = dsn.sort_values("token", kind="stable")
-    once = pd.Series(first_seen_bytes(pd.factorize(byt["token"])[0], byt["dsn"].to_numpy(),
-                                      byt["end"].to_numpy()), index=byt.index)
+    once = byt["new"] if "new" in byt else pd.Series(first_seen_bytes(
+        pd.factorize(byt["token"])[0], byt["dsn"].to_numpy(), byt["end"].to_numpy()),
+        index=byt.index)
     sub = flows[flows["mptcp_token"] != ""].groupby("mptcp_token").size()
     out = pd.DataFrame({
         "subflows": sub.reindex(g.size().index).fillna(0).astype(int),

@@ -40,6 +40,7 @@ from analysis import table as T
 from analysis.flows import Flows
 from analysis.sequence import (
     WRAP32,
+    first_seen_bytes,
     group_starts,
     pair_groups,
     pair_keys,
@@ -54,7 +55,8 @@ def segments(tbl: T.PacketTable, fl: Flows) -> pd.DataFrame:
     """Every TCP packet of tbl with unwrapped sequence and acknowledgement numbers.
 
     Columns: row, flow, dir, ts, seq (start, relative), end, payload, ack (relative to the
-    other direction's origin), flags, tsval, plus for data segments retrans/reordered/extent.
+    other direction's origin), flags, tsval, plus for data segments retrans/reordered/extent
+    and new_bytes (`first_seen_bytes`: bytes no earlier segment of the direction carried).
     """
     c = tbl.cols
     rows = np.flatnonzero((fl.pkt_flow >= 0) & (c["proto"] == 6))
@@ -74,8 +76,13 @@ def segments(tbl: T.PacketTable, fl: Flows) -> pd.DataFrame:
                        "end": seq + payload, "payload": payload, "ack": ack,
                        "flags": c["tcp_flags"][rows], "tsval": c["tsval"][rows]}, copy=False)
     data = df["payload"].to_numpy() > 0
+    # bytes no earlier segment of the flow direction carried: what tells a retransmission
+    # cut otherwise from reordering, and each segment's goodput (`CaptureAnalysis`)
+    new = first_seen_bytes(grp[data], seq[data], seq[data] + payload[data])
     ra = reorder_analysis(grp[data], seq[data], seq[data] + payload[data],
-                          c["tsval"][rows][data])
+                          c["tsval"][rows][data], new_bytes=new)
+    ra["new_bytes"] = new.astype(np.int32)  # at most a segment's payload
+    del new
     for k, v in ra.items():
         col = np.zeros(len(df), v.dtype)
         col[data] = v

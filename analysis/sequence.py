@@ -160,11 +160,14 @@ def duplicated_pairs_at(a: np.ndarray, b: np.ndarray, mask: np.ndarray) -> np.nd
 
 
 def reorder_analysis(group: np.ndarray, start: np.ndarray, end: np.ndarray,
-                     tsval: np.ndarray | None = None) -> dict[str, np.ndarray]:
+                     tsval: np.ndarray | None = None,
+                     new_bytes: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Classify segments (contiguous groups, arrival order) as new, retransmitted, reordered.
 
     group: group id; start/end: sequence range of each segment (int64); tsval: sender
-    timestamps (0 = none) used to tell a late retransmission from network reordering.
+    timestamps (0 = none) used to tell a late retransmission from network reordering;
+    new_bytes: `first_seen_bytes` of the same segments when the caller has it (computed
+    here otherwise, for the groups that need it).
     Returns boolean arrays ``retrans``, ``reordered`` and int array ``extent`` (0 if none).
     """
     n = len(group)
@@ -185,7 +188,8 @@ def reorder_analysis(group: np.ndarray, start: np.ndarray, end: np.ndarray,
     maybe = np.flatnonzero(behind & ~(dup | late))
     covered = np.zeros(n, bool)
     if len(maybe):
-        covered[maybe] = _brings_nothing_new(np.asarray(group), start, end, st, maybe)
+        covered[maybe] = new_bytes[maybe] == 0 if new_bytes is not None else \
+            _brings_nothing_new(np.asarray(group), start, end, st, maybe)
     retrans = behind & (dup | late | covered)
     reordered = behind & ~retrans
     extent = np.zeros(n, np.int64)

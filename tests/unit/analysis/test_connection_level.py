@@ -14,10 +14,12 @@ from testbed.results.columns import out_of_range
 SERVER2 = "10.0.3.2"
 
 
-def _run(tmp_path: Path, second_capture: list) -> pd.DataFrame:
+def _run(tmp_path: Path, second_capture: list | None, first_capture: list | None = None
+         ) -> pd.DataFrame:
     run = tmp_path / "run"
     (run / "pcap").mkdir(parents=True)
-    packets = mptcp_connection([0, 1, 2, 4, 3, 5, 7, 6])
+    packets = mptcp_connection([0, 1, 2, 4, 3, 5, 7, 6]) if first_capture is None \
+        else first_capture
     write(run / "pcap" / "server-server-eth0.pcap", packets)
     if second_capture is not None:
         write(run / "pcap" / "server-server-eth1.pcap", second_capture)
@@ -45,6 +47,40 @@ def test_a_receiver_capture_without_data_changes_no_count(tmp_path):
     assert b[cols].tolist() == a[cols].tolist()
     assert b["capture_receiver"] == "server-server-eth0,server-server-eth1"
     assert out_of_range("flows", both) == []
+
+
+def test_a_receiver_with_two_interfaces_counts_one_arrival_order(tmp_path):
+    """Each subflow reaches the receiver on an interface of its own: reordering and
+    reinjections are judged over both, in arrival order, as over one capture."""
+    from scapy.layers.inet import TCP
+
+    packets = mptcp_connection([0, 1, 2, 4, 3, 5, 7, 6])
+    on_b = [40001 in (p[TCP].sport, p[TCP].dport) for p in packets]
+    one = _run(tmp_path / "one", None)
+    two = _run(tmp_path / "two", [p for p, b in zip(packets, on_b, strict=True) if b],
+               [p for p, b in zip(packets, on_b, strict=True) if not b])
+    cols = ["bytes", "data_packets", "reordered_packets", "reorder_ratio",
+            "reorder_extent_max"]
+    a = one[one["kind"] == "connection"].iloc[0]
+    b = two[two["kind"] == "connection"].iloc[0]
+    assert a["reordered_packets"] == 2
+    assert b[cols].tolist() == a[cols].tolist()
+    assert b["capture_receiver"] == "server-server-eth0,server-server-eth1"
+    # data of subflow a sent again on subflow b (the other interface), cut otherwise: a
+    # reinjection, neither new data nor reordering
+    from craft import CLIENT_KEY, dss, seg
+
+    from analysis.flows import key_token
+
+    idsn = key_token(CLIENT_KEY)[1]
+    resent = seg(0.2, CLIENT2, SERVER, 40001, 5201, 9001, 9001, "PA", payload=1000,
+                 options=[dss(dsn=idsn + 1 + 2500, ssn=4001, dll=1000)])
+    again = [*mptcp_connection(), resent]
+    on_b = [40001 in (p[TCP].sport, p[TCP].dport) for p in again]
+    both = _run(tmp_path / "again", [p for p, b in zip(again, on_b, strict=True) if b],
+                [p for p, b in zip(again, on_b, strict=True) if not b])
+    c = both[both["kind"] == "connection"].iloc[0]
+    assert (c["data_packets"], c["reordered_packets"], c["bytes"]) == (8, 0, 8000)
 
 
 def test_the_data_level_of_a_capture_without_data_keeps_its_types(tmp_path):
