@@ -167,7 +167,7 @@ def reorder_analysis(group: np.ndarray, start: np.ndarray, end: np.ndarray,
     group: group id; start/end: sequence range of each segment (int64); tsval: sender
     timestamps (0 = none) used to tell a late retransmission from network reordering;
     new_bytes: `first_seen_bytes` of the same segments when the caller has it (computed
-    here otherwise, for the groups that need it).
+    here otherwise).
     Returns boolean arrays ``retrans``, ``reordered`` and int array ``extent`` (0 if none).
     """
     n = len(group)
@@ -188,8 +188,9 @@ def reorder_analysis(group: np.ndarray, start: np.ndarray, end: np.ndarray,
     maybe = np.flatnonzero(behind & ~(dup | late))
     covered = np.zeros(n, bool)
     if len(maybe):
-        covered[maybe] = new_bytes[maybe] == 0 if new_bytes is not None else \
-            _brings_nothing_new(np.asarray(group), start, end, st, maybe)
+        if new_bytes is None:
+            new_bytes = first_seen_bytes(group, start, end)
+        covered[maybe] = new_bytes[maybe] == 0
     retrans = behind & (dup | late | covered)
     reordered = behind & ~retrans
     extent = np.zeros(n, np.int64)
@@ -204,18 +205,6 @@ def reorder_analysis(group: np.ndarray, start: np.ndarray, end: np.ndarray,
         first_higher = np.searchsorted(lifted, start[r] + gi[r] * (2 * span + 1), "right")
         extent[r] = pos[r] - first_higher
     return {"retrans": retrans, "reordered": reordered, "extent": extent}
-
-
-def _brings_nothing_new(group: np.ndarray, start: np.ndarray, end: np.ndarray,
-                        st: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    """For the segments idx (arrival order within contiguous groups; st: group starts),
-    whether earlier segments of their group had carried every byte of them."""
-    gi = np.cumsum(st) - 1
-    groups = np.unique(gi[idx])
-    rows = np.flatnonzero(np.isin(gi, groups))  # only the groups concerned
-    new = first_seen_bytes(gi[rows], start[rows], end[rows])
-    at = np.searchsorted(rows, idx)
-    return new[at] == 0
 
 
 def first_seen_bytes(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:

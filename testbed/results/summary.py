@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from testbed.core.safefiles import atomic_write_bytes
 from testbed.results.bundle import Bundle, bundles
+from testbed.results.columns import FLT, INT, table
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -134,8 +135,6 @@ def _declared(name: str, col: pd.Series) -> pd.Series:
     whatever its values: a column whose every value is null is otherwise untyped
     (``object``), so the same column's type would depend on the runs a folder holds.  A
     column holding something else than numbers (a crafted metadata.json) stays as it is."""
-    from testbed.results.columns import FLT, INT, table
-
     try:
         kind = table("runs").col(name).dtype
     except KeyError:
@@ -165,8 +164,6 @@ def write_summary(out: Path) -> Path:
 
     import pyarrow as pa
     import pyarrow.parquet as pq
-
-    from testbed.results.columns import INT, table
 
     df = runs_frame(out)
     data = pa.Table.from_pandas(df, preserve_index=False)

@@ -30,7 +30,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from testbed.results.columns import out_of_range
+from testbed.results.ranges import out_of_range
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(os.geteuid() != 0, reason="a run needs root")]

@@ -310,8 +310,8 @@ def test_every_study_table_holds_only_values_its_definitions_allow(studies_out: 
     of the analysis, whatever the emulation did)."""
     import pandas as pd
 
-    from testbed.results.columns import out_of_range
     from testbed.results.query import VIEWS
+    from testbed.results.ranges import out_of_range
 
     bad, tables = [], 0
     for metrics in sorted(studies_out.glob("*-quick/*/*/metrics")):

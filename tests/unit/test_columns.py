@@ -14,6 +14,7 @@ import pytest
 from analysis import bundle
 from testbed.results import columns as C
 from testbed.results.bundle import RUN_STATUSES
+from testbed.results.ranges import out_of_range
 from testbed.results.summary import runs_frame
 from testbed.run.sweep import run_sweep
 
@@ -149,20 +150,20 @@ def test_a_crafted_non_numeric_value_in_a_float_column_is_kept_as_text(tmp_path)
 
 @pytest.mark.parametrize("name", ["flows", "timeseries", "cwnd", "ping", "events", "rtt"])
 def test_a_real_analysis_writes_values_within_each_columns_range(written, name):
-    assert C.out_of_range(name, pd.read_parquet(written / "metrics" / f"{name}.parquet")) == []
+    assert out_of_range(name, pd.read_parquet(written / "metrics" / f"{name}.parquet")) == []
 
 
 def test_values_a_definition_rules_out_are_named():
     flows = pd.DataFrame({"data_packets": [8, -8, 3], "reordered_packets": [2, 2, 4],
                           "reorder_ratio": [0.25, None, 1.5], "loss_estimate": [0, 2.5, 0],
                           "sport": [-1, 0, 1]})
-    assert C.out_of_range("flows", flows) == [
+    assert out_of_range("flows", flows) == [
         "flows.data_packets: 1 value(s) outside >= 0, e.g. -8",
         "flows.reorder_ratio: 1 value(s) outside 0 .. 1, e.g. 1.5",
         "flows: 2 row(s) with more reordered_packets than data_packets"]
     # a signed column (declared), a percentage, and the runs table's headline columns
-    assert C.out_of_range("cwnd", pd.DataFrame({"t_rel": [-0.5], "cwnd": [10]})) == []
-    assert C.out_of_range("runs", pd.DataFrame({"ooo_percent": [-11.3], "flows": [1]})) == [
+    assert out_of_range("cwnd", pd.DataFrame({"t_rel": [-0.5], "cwnd": [10]})) == []
+    assert out_of_range("runs", pd.DataFrame({"ooo_percent": [-11.3], "flows": [1]})) == [
         "runs.ooo_percent: 1 value(s) outside 0 .. 100, e.g. -11.3"]
     assert C.table("flows").col("loss_estimate").range_text() == ">= 0"
     assert C.table("runs").col("fidelity_event_late_ms_max").range_text() == ""

@@ -9,7 +9,7 @@ import pandas as pd
 from craft import CLIENT, CLIENT2, SERVER, T0, mptcp_connection, write
 
 from analysis import bundle
-from testbed.results.columns import out_of_range
+from testbed.results.ranges import out_of_range
 
 SERVER2 = "10.0.3.2"
 

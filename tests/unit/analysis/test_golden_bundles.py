@@ -25,7 +25,7 @@ def test_bundle_tables_identical_to_golden(cases, chunk_bytes):
 
 
 def test_every_golden_table_is_within_its_columns_ranges(cases):
-    from testbed.results.columns import out_of_range
+    from testbed.results.ranges import out_of_range
 
     bad = []
     for case, run in cases.items():
