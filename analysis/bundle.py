@@ -249,7 +249,8 @@ def headline(flows: pd.DataFrame) -> dict:
             "throughput_bps_mean": mean(top["throughput_bps"]),
             "fct_s_median": float(pd.to_numeric(top["fct_s"], errors="coerce").median())
             if len(top) else float("nan"),
-            "retransmissions": int(pd.to_numeric(flows["retransmissions"]).fillna(0).sum()),
+            # top-level rows only: a connection's row already sums its subflows'
+            "retransmissions": int(pd.to_numeric(top["retransmissions"]).fillna(0).sum()),
             "reorder_ratio_mean": mean(top["reorder_ratio"]),
             "ooo_percent": 100.0 * float(reord.sum()) / float(uniq.sum()) if uniq.sum()
             else float("nan"),

@@ -171,7 +171,8 @@ FLOWS = Table("flows", "metrics/flows.parquet",
                   Col("data_packets", INT, "packets", "unique data segments (retransmissions "
                       "not counted); data level for a connection"),
                   Col("retransmissions", INT, "packets", "segments sent again, SYN/FIN "
-                      "included, both directions (tshark's count)"),
+                      "included, both directions (tshark's count); for a connection, the "
+                      "sum over its subflows"),
                   Col("reordered_packets", INT, "packets", "data segments that arrived behind "
                       "a later one, bringing bytes no earlier segment carried, without being "
                       "retransmissions (RFC 4737), at `capture_receiver`; data level for a "
@@ -283,7 +284,8 @@ HEADLINE = (
     Col("bytes", INT, "bytes", "sum of `bytes` over the top-level flows"),
     Col("throughput_bps_mean", FLT, "bit/s", "mean `throughput_bps` of the top-level flows"),
     Col("fct_s_median", FLT, "s", "median `fct_s` of the top-level flows"),
-    Col("retransmissions", INT, "packets", "sum of `retransmissions` over every row of flows"),
+    Col("retransmissions", INT, "packets", "sum of `retransmissions` over the top-level "
+        "flows (a connection's counts its subflows', each once)"),
     Col("reorder_ratio_mean", FLT, "fraction", "mean `reorder_ratio` (RFC 4737 reordering at "
         "the receiver, not the paper-style `ooo_ratio`) of the top-level flows"),
     Col("ooo_percent", FLT, "%", "RFC 4737 reordering, not the paper-style out-of-order "

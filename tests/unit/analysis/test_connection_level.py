@@ -129,3 +129,17 @@ def test_verify_names_a_single_bundle_by_its_run_id_and_sees_stale_metrics(tmp_p
     assert res.exit_code == 1
     assert res.stdout.startswith("mp-0123456789-r1: stored metrics differ from the "
                                  "captures' (flows)"), res.output
+
+
+def test_a_runs_retransmissions_count_each_subflow_segment_once():
+    # a connection's row sums its subflows': adding both counted every MPTCP one twice
+    # (P0's paths runs read MPTCP 101 against TCP 6 in `testbed compare`)
+    golden = Path(__file__).parent.parent.parent / "data" / "analysis" / "golden-bundles"
+    flows = pd.read_parquet(golden / "p0-paths-quick-55986c1eb3-r1" / "flows.parquet")
+    conn = flows[flows["kind"] == "connection"]
+    subs = flows[flows["kind"] == "subflow"]
+    assert len(conn) == 1 and len(subs) == 2
+    assert int(conn["retransmissions"].iloc[0]) == int(subs["retransmissions"].sum()) > 0
+    top = flows[flows["parent"].fillna("") == ""]
+    assert bundle.headline(flows)["retransmissions"] == int(top["retransmissions"].sum())
+    assert bundle.headline(flows)["retransmissions"] < int(flows["retransmissions"].sum())
