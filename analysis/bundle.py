@@ -32,6 +32,7 @@ from analysis.run_series import TIMESERIES_COLUMNS, run_timeseries
 from testbed.core import safefiles
 from testbed.results import columns as C
 from testbed.results.bundle import check_format
+from testbed.results.typed import write_typed
 
 # the columns are declared once, with dtype, unit and definition, in testbed.results.columns
 FLOW_COLUMNS = C.names("flows")
@@ -297,7 +298,9 @@ def analyze_bundle(run_dir: str | Path, bin_s: float = DEFAULT_BIN_S,
     out = run / "metrics"
     for name, df in (("flows", tables["flows"]), ("timeseries", tables["timeseries"]),
                      ("cwnd", cwnd), ("ping", ping), ("events", events), ("rtt", rtt)):
-        S.write_parquet(df, out / f"{name}.parquet")
+        for problem in write_typed(name, df, out / f"{name}.parquet"):
+            if warnings is not None:  # a writer's defect, caught by the tests
+                warnings.append(f"metrics/{name}.parquet: {problem}")
     head = headline(tables["flows"])
     head["captures"] = len(caps)
     head["packets"] = int(sum(len(c.table) for c in caps))

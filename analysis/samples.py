@@ -13,7 +13,6 @@ from pathlib import Path
 import pandas as pd
 
 from testbed.core.errors import InputError
-from testbed.core.safefiles import atomic_write
 from testbed.results import columns as C
 
 # the columns of the metrics tables these files become are declared in testbed.results.columns
@@ -68,11 +67,6 @@ def read_jsonl(path: Path | None, columns: dict[str, str]) -> pd.DataFrame:
             col = col.astype(object)
         out[name] = col.to_numpy() if dtype == "object" else col.array
     return out
-
-
-def write_parquet(df: pd.DataFrame, path: Path) -> None:
-    """Write df as parquet atomically."""
-    atomic_write(path, lambda p: df.to_parquet(p, index=False))
 
 
 def empty_appflows() -> pd.DataFrame:

@@ -36,8 +36,9 @@ def analyze_files(paths: list[Path], out: Path | None, bin_s: float,
     from analysis.bundle import build_tables
     from analysis.capture import CaptureAnalysis
     from analysis.pcap import stderr_progress
-    from analysis.samples import empty_appflows, write_parquet
+    from analysis.samples import empty_appflows
     from testbed.core.safefiles import atomic_write
+    from testbed.results.typed import write_typed
 
     show = stderr_progress()  # a line on stderr now and then while reading a large capture
     caps = [CaptureAnalysis.of(p, chunk_bytes, show) for p in paths]  # all read before writing
@@ -45,8 +46,9 @@ def analyze_files(paths: list[Path], out: Path | None, bin_s: float,
     if out is not None:
         import pyarrow.parquet as pq
 
-        write_parquet(tables["flows"], out / "flows.parquet")
-        write_parquet(tables["timeseries"], out / "timeseries.parquet")
+        for name in ("flows", "timeseries"):
+            for problem in write_typed(name, tables[name], out / f"{name}.parquet"):
+                typer.echo(f"warning: {name}.parquet: {problem}", err=True)
         if packets:
             for c in caps:
                 atomic_write(out / f"packets-{c.name}.parquet",

@@ -26,6 +26,7 @@ from testbed.core import safefiles
 from testbed.core.errors import InputError
 from testbed.results.bundle import COMPLETE, METRIC_TABLES, UNREADABLE, bundles
 from testbed.results.summary import runs_frame
+from testbed.results.typed import typed, typed_frame
 
 if TYPE_CHECKING:
     import duckdb
@@ -52,7 +53,7 @@ def connect(out: Path) -> duckdb.DuckDBPyConnection:
                          "`testbed run`")
     check_readable(out)
     con = duckdb.connect(":memory:")
-    runs = runs_frame(out)
+    runs, _ = typed_frame("runs", runs_frame(out))  # each column as the contract types it
     con.register("runs_frame", runs)
     con.execute("CREATE VIEW runs AS SELECT * FROM runs_frame")
     for table, data in view_tables(out).items():
@@ -77,7 +78,8 @@ def view_tables(out: Path) -> dict[str, pa.Table | None]:
         files = [(b.run_id, safefiles.file_in(b.root, f"metrics/{table}.parquet"))
                  for b in complete]
         found = [(r, f) for r, f in files if f is not None]
-        tables[table] = stacked_table(found) if found else None
+        # as the contract types each column, whatever older writers stored
+        tables[table] = typed(table, stacked_table(found))[0] if found else None
     return tables
 
 

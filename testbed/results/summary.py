@@ -13,7 +13,6 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from testbed.core.safefiles import atomic_write_bytes
 from testbed.results.bundle import Bundle, bundles
 from testbed.results.columns import FLT, INT, table
 
@@ -160,23 +159,12 @@ def _uniform(col: pd.Series) -> pd.Series:
 
 def write_summary(out: Path) -> Path:
     """Rewrite ``DIR/summary.parquet`` (atomically) from the bundles; return its path."""
-    import io
+    from testbed.results.typed import write_typed
 
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    df = runs_frame(out)
-    data = pa.Table.from_pandas(df, preserve_index=False)
-    for i, field in enumerate(data.schema):
-        try:  # an int64 column with a null: pandas made it float64; the file keeps int64
-            if table("runs").col(field.name).dtype == INT and pa.types.is_floating(field.type):
-                data = data.set_column(i, field.name, data.column(i).cast(pa.int64()))
-        except (KeyError, pa.ArrowInvalid):  # not declared, or not whole numbers: as is
-            pass
-    buf = io.BytesIO()
-    pq.write_table(data, buf)
     path = Path(out) / SUMMARY
-    atomic_write_bytes(path, buf.getvalue())
+    # an int64 column with a null: pandas made it float64; the file keeps int64.  A
+    # crafted metadata.json's value that cannot take its column's type stays as it is.
+    write_typed("runs", runs_frame(out), path)
     return path
 
 

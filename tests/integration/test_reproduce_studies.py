@@ -307,11 +307,14 @@ def test_every_study_run_matches_the_sha256_manifest_it_wrote(studies_out: Path)
 def test_every_study_table_holds_only_values_its_definitions_allow(studies_out: Path) -> None:
     """Every metrics table of every quick-study run, and every summary, within the ranges
     docs/bundle.md gives its columns (a negative count or a fraction above 1 is a defect
-    of the analysis, whatever the emulation did)."""
+    of the analysis, whatever the emulation did), each column stored with its declared
+    type."""
     import pandas as pd
+    import pyarrow.parquet as pq
 
     from testbed.results.query import VIEWS
     from testbed.results.ranges import out_of_range
+    from testbed.results.typed import mistyped
 
     bad, tables = [], 0
     for metrics in sorted(studies_out.glob("*-quick/*/*/metrics")):
@@ -321,12 +324,17 @@ def test_every_study_table_holds_only_values_its_definitions_allow(studies_out: 
                 tables += 1
                 bad += [f"{metrics.parent.name}: {line}"
                         for line in out_of_range(view, pd.read_parquet(f))]
+                bad += [f"{metrics.parent.name}/{view}: {line}"
+                        for line in mistyped(view, pq.read_schema(f))]
     summaries = sorted(studies_out.glob("*-quick/*/summary.parquet"))
     for f in summaries:
         bad += [f"{f.parent.name}: {line}" for line in out_of_range("runs", pd.read_parquet(f))]
+        bad += [f"{f.parent.name}/summary: {line}"
+                for line in mistyped("runs", pq.read_schema(f))]
     assert tables > 200 and len(summaries) > 15
     assert not bad, "\n".join(bad)
-    print(f"\nFIGURES ranges: {tables} metrics tables and {len(summaries)} summaries in range")
+    print(f"\nFIGURES ranges: {tables} metrics tables and {len(summaries)} summaries in range "
+          "and typed as declared")
 
 
 def test_p0_coupled_congestion_control(studies_out: Path) -> None:
