@@ -33,8 +33,11 @@ from analysis.report_context import ReportContext, ReportInputError, Section, es
 from analysis.report_sections import RUN_SECTIONS, SWEEP_SECTIONS, warnings_section
 from testbed.core import safefiles
 from testbed.core.compat import tomllib
+from testbed.core.errors import InputError
 from testbed.core.safefiles import atomic_write
 from testbed.results.bundle import bundles
+from testbed.results.query import check_readable
+from testbed.results.summary import runs_frame
 
 REPORT_NAME = "report.html"
 
@@ -86,6 +89,30 @@ def _read_parquet(path: Path) -> pd.DataFrame:
                                "re-run `testbed analyze` or the run") from None
 
 
+def _stale(summary: Path, runs: pd.DataFrame) -> bool:
+    """Whether the stored summary.parquet says something else than the bundles now do
+    (runs added, gone or changed since it was written; unreadable counts as stale)."""
+    try:
+        stored = _read_parquet(summary)
+    except ReportInputError:
+        return True
+    if "run_id" not in stored.columns or set(stored.columns) != set(runs.columns):
+        return True
+    # `path` is where the bundle is: a folder copied elsewhere has not changed
+    cols = [c for c in runs.columns if c != "path"]
+
+    def plain(df: pd.DataFrame) -> pd.DataFrame:  # a missing value is None, any dtype
+        df = df.sort_values("run_id").reset_index(drop=True)[cols].astype(object)
+        return df.where(df.notna(), None)
+
+    a, b = plain(stored), plain(runs)
+    try:
+        pd.testing.assert_frame_equal(a, b, check_dtype=False)
+    except (AssertionError, TypeError, ValueError):
+        return True
+    return False
+
+
 def _context(root: Path, analyze: bool = True) -> ReportContext:
     """What the sections see of root; analyze: analyse a run that has no metrics/ yet
     (False: refuse instead, so that root is only read).  Files that are symbolic links (or
@@ -124,7 +151,18 @@ def _context(root: Path, analyze: bool = True) -> ReportContext:
     if summary is not None:
         for bundle in bundles(root):
             bundle.load_metadata()  # refuses a bundle in a newer format (BundleFormatError)
-        data = _read_parquet(summary)
+        # the runs as the bundles say now, as `testbed query` reads them: summary.parquet
+        # is only written after each run, so a run deleted, damaged or re-analysed since
+        # would be reported as it was
+        try:
+            check_readable(root)
+        except InputError as exc:
+            raise ReportInputError(str(exc)) from None
+        data = runs_frame(root)
+        if _stale(summary, data):
+            skipped.append(f"summary.parquet is stale: {summary} was written before the "
+                           "bundles last changed; this report reads the bundles "
+                           "(`testbed report DIR` without --out rewrites it)")
         return ReportContext(root, "sweep", tables={"summary": data}, warnings=skipped)
     raise ReportInputError(f"{root}: neither a run bundle (metadata.json, pcap/ or metrics/) "
                            "nor a sweep (summary.parquet); pass the --out DIR of testbed run"
@@ -181,7 +219,8 @@ def write_report(directory: str | Path, extra_sections: Sequence[Section] = (),
         [warnings_section]
     page = render(ctx, sections)
     if warnings is not None:
-        warnings.extend(w for w in ctx.warnings if w.startswith(("skipped ", "figures not")))
+        warnings.extend(w for w in ctx.warnings if w.startswith(("skipped ", "figures not",
+                                                         "summary.parquet is stale")))
     try:
         atomic_write(target, lambda p: p.write_text(page, encoding="utf-8"))
     except OSError as exc:

@@ -127,6 +127,8 @@ def register(app: typer.Typer) -> None:
         """Write a self-contained report.html for a run or a sweep (analysing first the
         runs whose analysis was left for later, as `testbed study` does in the VM)."""
         from analysis.report import write_report
+        from testbed.core import safefiles
+        from testbed.results.summary import write_summary
         from testbed.run.execute import analyze_run
         from testbed.run.sweep import finish_deferred, pending_analysis
 
@@ -146,6 +148,9 @@ def register(app: typer.Typer) -> None:
                 directory, analyze_run, progress=lambda line: typer.echo(line, err=True)))
             for run_id, err in failed:
                 typer.echo(f"  failed: {run_id}: {err}", err=True)
+            if directory.is_dir() and safefiles.file_in(directory, "summary.parquet"):
+                # a sweep: its summary as the bundles say now (runs re-analysed, gone)
+                guarded(lambda: write_summary(directory))
 
         skipped: list[str] = []
         path = guarded(lambda: write_report(directory, paper=paper, out=out,

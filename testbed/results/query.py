@@ -160,9 +160,15 @@ def run_query(out: Path, sql: str) -> pd.DataFrame:
     """
     import duckdb
 
+    if not sql.strip():
+        raise InputError('query: no SQL given; e.g. testbed query DIR "SELECT * FROM runs"')
     con = connect(out)
     try:
-        return con.execute(sql).df()
+        result = con.execute(sql)
+        if result is None or result.description is None:  # only a comment, a SET ...
+            raise InputError("query: the statement returns no rows to show; give a SELECT "
+                             f"over the views (runs, {', '.join(VIEWS)})")
+        return result.df()
     except duckdb.Error as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise InputError(f"query: {first} (views: runs, {', '.join(VIEWS)})") \

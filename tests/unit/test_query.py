@@ -124,6 +124,12 @@ def test_bad_sql_is_an_input_error(out):
         run_query(out, "SELECT nope FROM flows")
 
 
+@pytest.mark.parametrize("sql", ["", "   ", "-- only a comment"])
+def test_no_statement_is_an_input_error(out, sql):
+    with pytest.raises(InputError, match="query: (no SQL given|the statement returns no rows)"):
+        run_query(out, sql)
+
+
 def test_missing_dir(tmp_path):
     with pytest.raises(InputError, match="no such results directory"):
         run_query(tmp_path / "absent", "SELECT 1")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -181,3 +182,29 @@ def test_real_two_run_sweep_report_names_values_and_marks_fidelity(tmp_path: Pat
     assert "1 run per bar, no interval" in page and "with fidelity not ok" in page
     png = out.with_name("r-figures") / "throughput_bps_mean-vs-workload_0.png"
     assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_sweep_report_reads_the_bundles_not_a_stale_summary(tmp_path: Path):
+    """summary.parquet is written after each run: a run deleted or a value edited since
+    is reported as the bundles say now, with a warning; without --out the report
+    rewrites the summary."""
+    d = analysed_copy(tmp_path / "sweep")
+    for run in (MPTCP_RUN, TCP_RUN):
+        meta = json.loads((d / run / "metadata.json").read_text())
+        meta["headline"] = headline(pd.read_parquet(d / run / "metrics" / "flows.parquet"))
+        (d / run / "metadata.json").write_text(json.dumps(meta))
+    write_summary(d)
+    s = pd.read_parquet(d / "summary.parquet")
+    s["throughput_bps_mean"] = 99e6  # edited after the runs
+    s.to_parquet(d / "summary.parquet")
+    warnings: list[str] = []
+    report.write_report(d, out=tmp_path / "r.html", warnings=warnings)
+    assert [w.split(":")[0] for w in warnings] == ["summary.parquet is stale"]
+    assert "99" not in " ".join(_td_texts((tmp_path / "r.html").read_text()))
+    shutil.rmtree(d / TCP_RUN)  # a run deleted since
+    ctx = report._context(d, analyze=False)
+    assert ctx.tables["summary"]["run_id"].tolist() == [MPTCP_RUN]
+    write_summary(d)  # what `testbed report DIR` does first
+    warnings = []
+    report.write_report(d, out=tmp_path / "r2.html", warnings=warnings)
+    assert warnings == []
