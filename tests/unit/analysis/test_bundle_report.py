@@ -157,14 +157,31 @@ def test_run_report_warns_about_an_incomplete_capture(tmp_path):
 
 
 def _sweep(tmp_path):
+    """A sweep of 18 complete bundles (cc x bandwidth x 3 repetitions) and its summary:
+    a sweep report reads the bundles' metadata.json (`testbed.results.summary`)."""
+    from testbed.results.bundle import Bundle
+    from testbed.results.summary import write_summary
+
     d = tmp_path / "sweep"
     d.mkdir()
     rng = np.random.default_rng(1)
-    rows = [{"run_id": f"{cc}-{bw}-{r}", "status": "complete", "repetition": r,
-             "transport.cc": cc, "topology.paths.1.bw": bw, "seed": r, "path": f"/x/{r}",
-             "throughput_bps_mean": float(bw[:-4]) * 1e6 * (0.9 + 0.01 * rng.random())}
-            for cc in ("reno", "cubic") for bw in ("2Mbit", "10Mbit", "4Mbit") for r in range(3)]
-    pd.DataFrame(rows).to_parquet(d / "summary.parquet")
+    for cc in ("reno", "cubic"):
+        for bw in ("2Mbit", "10Mbit", "4Mbit"):
+            for r in range(3):
+                root = d / f"{cc}-{bw}-{r}"
+                (root / "metrics").mkdir(parents=True)
+                (root / "spec.toml").write_text('name = "x"\n')
+                (root / "transcript.jsonl").write_text("{}\n")
+                for t in ("flows", "timeseries", "cwnd", "ping", "events"):
+                    pd.DataFrame({"bytes": [1]}).to_parquet(root / "metrics" / f"{t}.parquet")
+                b = Bundle(root)
+                meta = {"run_id": root.name, "status": "complete", "repetition": r, "seed": r,
+                        "params": {"transport.cc": cc, "topology.paths.1.bw": bw},
+                        "headline": {"throughput_bps_mean": float(bw[:-4]) * 1e6
+                                     * (0.9 + 0.01 * rng.random())}}
+                meta["files"] = b.manifest()
+                b.write_metadata(meta)
+    write_summary(d)
     return d
 
 
