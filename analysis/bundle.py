@@ -8,7 +8,9 @@ Which capture answers what, when a flow was captured at several interfaces (from
 * bytes delivered in order over time (timeseries kind ``delivered``, top-level TCP flows):
   the data receiver's ACKs, at the capture at the receiver (without one, at the flow's
   best-covered capture: the ACKs as they reach the sender, one path later);
-* without an interfaces map, the capture holding most of the flow's packets.
+* without an interfaces map, the capture holding most of the flow's packets (ties: the
+  first by name); for an MPTCP connection's data level, the capture that saw most of its
+  subflows.
 
 Everything is read and computed before anything is written; each file is written through
 a temporary file and renamed, so a failure never leaves a half-written table.
@@ -103,8 +105,11 @@ def _pick(rows: pd.DataFrame, cap_host: dict, addrs: dict, side: str) -> pd.Data
     host = rows["capture"].map(lambda c: cap_host.get(c, ""))
     at = np.array([a in addrs.get(h, ()) for a, h in zip(want, host, strict=True)], bool)
     score = at * 10**12 + rows["packets"].to_numpy()
-    return rows.assign(_score=score).sort_values(["flow_id", "_score"], ascending=[True, False]
-                                                 ).drop_duplicates("flow_id").drop(columns="_score")
+    # ties (the same packets at both ends, no interfaces map) go to the first capture by
+    # name, so the order the captures were given in changes nothing
+    return rows.assign(_score=score).sort_values(
+        ["flow_id", "_score", "capture"], ascending=[True, False, True], kind="stable"
+    ).drop_duplicates("flow_id").drop(columns="_score")
 
 
 def _at(capture: str, addr: str, cap_host: dict, addrs: dict) -> bool:
@@ -142,6 +147,17 @@ def _receiver_captures(token_rows: pd.DataFrame, cap_host: dict, addrs: dict,
     receiver = set(np.where(ddir == 0, token_rows["dst_addr"], token_rows["src_addr"]))
     hosts = {h for h, a in addrs.items() if a & receiver}
     return sorted(c for c, h in cap_host.items() if h in hosts and c in present)
+
+
+def _widest_capture(allrows: pd.DataFrame, subflows: pd.Series) -> str:
+    """Without an interfaces map: the capture that saw most of a connection's subflows
+    (then most of their packets, then the first by name), e.g. the single-homed server's,
+    not one client interface's with one subflow of several."""
+    rows = allrows[allrows["flow_id"].isin(set(subflows))]
+    seen = rows.groupby("capture").agg(n=("flow_id", "nunique"), packets=("packets", "sum"))
+    seen = seen.reset_index().sort_values(["n", "packets", "capture"],
+                                          ascending=[False, False, True], kind="stable")
+    return str(seen["capture"].iloc[0])
 
 
 def build_tables(caps: list[CaptureAnalysis], meta: dict, appflows: pd.DataFrame,
@@ -183,7 +199,7 @@ def build_tables(caps: list[CaptureAnalysis], meta: dict, appflows: pd.DataFrame
     by_name = {c.name: c for c in caps}
     for token, sub in base[base["mptcp_token"] != ""].groupby("mptcp_token"):
         names = _receiver_captures(sub, cap_host, addrs, set(by_name)) or \
-            [sub["capture_receiver"].iloc[0]]
+            [_widest_capture(allrows, sub["flow_id"])]
         # one stream over every interface of the receiver, classified again as such: a
         # segment on one interface is reordered or sent again with respect to the others
         dsn = arrival_order([by_name[n].dsn[by_name[n].dsn["token"].to_numpy() == token]

@@ -143,3 +143,26 @@ def test_a_runs_retransmissions_count_each_subflow_segment_once():
     top = flows[flows["parent"].fillna("") == ""]
     assert bundle.headline(flows)["retransmissions"] == int(top["retransmissions"].sum())
     assert bundle.headline(flows)["retransmissions"] < int(flows["retransmissions"].sum())
+
+
+def test_loose_captures_count_a_connection_where_all_its_subflows_were_seen(tmp_path):
+    """`testbed analyze a.pcap b.pcap` (no interfaces map): the connection is counted at
+    the capture that saw all its subflows (the server's), whatever order the files come
+    in; it was the first subflow's capture, one client interface: 4 of 8 segments."""
+    from craft import CLIENT as C1
+
+    packets = mptcp_connection()
+    first_only = [p for p in packets if C1 in (p["IP"].src, p["IP"].dst)]
+    write(tmp_path / "client-client-eth0.pcap", first_only)
+    write(tmp_path / "server-server-eth0.pcap", packets)
+    from analysis.capture import CaptureAnalysis
+    from analysis.samples import empty_appflows
+
+    rows = []
+    for names in (["client-client-eth0", "server-server-eth0"],
+                  ["server-server-eth0", "client-client-eth0"]):
+        caps = [CaptureAnalysis.of(tmp_path / f"{n}.pcap") for n in names]
+        flows = bundle.build_tables(caps, {}, empty_appflows())["flows"]
+        conn = flows[flows["kind"] == "connection"].iloc[0]
+        rows.append((conn["capture_receiver"], int(conn["bytes"]), int(conn["data_packets"])))
+    assert rows[0] == rows[1] == ("server-server-eth0", 8000, 8)
