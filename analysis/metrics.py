@@ -191,6 +191,7 @@ def flow_table_and_rtt(tbl: T.PacketTable, fl: Flows, seg: pd.DataFrame | None =
     ext_max = np.zeros(nf, np.int64)
     uniq = np.zeros(nf, np.int64)
     rtt_med = np.full(nf, np.nan)
+    cut_rate: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
     if len(seg):
         f = seg["flow"].to_numpy()
         sdir = seg["dir"].to_numpy()
@@ -218,6 +219,13 @@ def flow_table_and_rtt(tbl: T.PacketTable, fl: Flows, seg: pd.DataFrame | None =
         np.minimum.at(covered, f[am], seg["ts"].to_numpy()[am])
         cov = _reindexed(covered, np.bincount(f[am], minlength=nf) > 0)
         end = np.where(tcp & ~np.isnan(cov), np.nan_to_num(cov), end).astype(np.int64)
+        # cut off: a TCP flow with data whose last byte no captured ACK covers (an outage,
+        # the run's end).  No FCT; its rate is what was acknowledged, up to the last ACK
+        # that acknowledged new data (bytes sent but never acknowledged are not counted)
+        cut = tcp & has_data & np.isnan(cov)
+        if cut.any():
+            acked, t_acked = _acknowledged(seg, f, sdir, ddir, has_data, first_seq, nf)
+            cut_rate = (cut, acked, t_acked)
         if len(rtt):
             rtt_med = rtt.groupby("flow")["rtt_ms"].median().reindex(range(nf)).to_numpy()
     out["packets"] = out["frames_fwd"] + out["frames_rev"]
@@ -228,6 +236,12 @@ def flow_table_and_rtt(tbl: T.PacketTable, fl: Flows, seg: pd.DataFrame | None =
     out["fct_s"] = np.where(out["proto"].to_numpy() == "tcp", fct, np.nan)
     with np.errstate(divide="ignore", invalid="ignore"):
         out["throughput_bps"] = np.where(fct > 0, nbytes * 8 / fct, np.nan)
+        if cut_rate is not None:
+            cut, acked, t_acked = cut_rate
+            span_s = (t_acked - start) / 1e9
+            out["fct_s"] = np.where(cut, np.nan, out["fct_s"])
+            out["throughput_bps"] = np.where(
+                cut, np.where(span_s > 0, acked * 8 / span_s, np.nan), out["throughput_bps"])
         out["data_packets"] = uniq
         out["retransmissions"] = retr
         out["reordered_packets"] = reord
@@ -261,6 +275,24 @@ def _packet_aggregates(c: dict[str, np.ndarray], fl: Flows, nf: int
 def _count(group: np.ndarray, flag: np.ndarray, n: int) -> np.ndarray:
     """Per group 0..n-1, how many elements have flag set (int64)."""
     return np.bincount(group[flag], minlength=n).astype(np.int64)
+
+
+def _acknowledged(seg: pd.DataFrame, f: np.ndarray, sdir: np.ndarray, ddir: np.ndarray,
+                  has_data: np.ndarray, first_seq: np.ndarray, nf: int
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Per flow, the data bytes its receiver acknowledged (highest ACK - first data byte,
+    0 without one) and when the first ACK that high was captured (ns; NaN without)."""
+    am = (sdir != ddir[f]) & ((seg["flags"].to_numpy() & T.ACK) != 0) & has_data[f]
+    ack = seg["ack"].to_numpy()[am]
+    fa = f[am]
+    top = np.full(nf, np.iinfo(np.int64).min, np.int64)
+    np.maximum.at(top, fa, ack)
+    at_top = ack == top[fa]
+    when = np.full(nf, np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(when, fa[at_top], seg["ts"].to_numpy()[am][at_top])
+    seen = np.bincount(fa, minlength=nf) > 0
+    acked = np.where(seen & has_data, np.maximum(top - first_seq, 0), 0)
+    return acked, np.where(seen, when, np.nan)
 
 
 def _reindexed(values: np.ndarray, present: np.ndarray) -> np.ndarray:

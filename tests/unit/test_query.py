@@ -126,7 +126,7 @@ def test_bad_sql_is_an_input_error(out):
 
 @pytest.mark.parametrize("sql", ["", "   ", "-- only a comment"])
 def test_no_statement_is_an_input_error(out, sql):
-    with pytest.raises(InputError, match="query: (no SQL given|the statement returns no rows)"):
+    with pytest.raises(InputError, match=r"query: (no SQL given|the statement returns no rows)"):
         run_query(out, sql)
 
 
