@@ -19,12 +19,7 @@ from analysis.bundle import headline
 from analysis.report_context import ReportContext, Section, esc, figure, html_table
 from analysis.report_fidelity import run_fidelity_section, sweep_fidelity_section
 from analysis.report_sweep import sweep_section
-from testbed.core import units
 from testbed.core.capture_counts import shortfall
-from testbed.core.errors import InputError
-
-RATE_WARN_FRACTION = 0.5  # warn when a path's peak rate is below this share of its bw
-
 
 # ---- run sections ---------------------------------------------------------------------
 
@@ -82,31 +77,6 @@ def flows_section(ctx: ReportContext) -> str:
     return "<h2>Flows</h2>" + html_table(t)
 
 
-def rate_warnings(ctx: ReportContext) -> None:
-    """Warn about a run whose measured path rate is far below the configured bandwidth."""
-    ts = ctx.tables.get("timeseries")
-    paths = ctx.spec().get("topology", {}).get("paths") or []
-    if ts is None or not len(ts):
-        return
-    for p in paths:
-        if not isinstance(p, dict) or "name" not in p or "bw" not in p:
-            continue
-        sub = ts[(ts["kind"] == "path") & (ts["key"] == p["name"])]
-        if not len(sub):
-            continue
-        try:
-            bw = units.parse_rate(p["bw"])
-        except InputError:
-            continue
-        peak = float(sub["rate_bps"].max())
-        if peak < RATE_WARN_FRACTION * bw:
-            ctx.warnings.append(f"path {p['name']}: peak measured rate {peak / 1e6:.3g} Mbit/s "
-                                f"is below {RATE_WARN_FRACTION:.0%} of the configured {p['bw']}")
-        elif peak > 1.2 * bw:
-            ctx.warnings.append(f"path {p['name']}: peak measured rate {peak / 1e6:.3g} Mbit/s "
-                                f"exceeds the configured {p['bw']} by more than 20%")
-
-
 def capture_losses(stats: dict[str, dict[str, int | None]]) -> list[str]:
     """Warnings for captures that miss packets, from a bundle's ``captures`` metadata
     ({pcap name: {captured, received, dropped}}, tcpdump's closing counts): packets the
@@ -129,7 +99,6 @@ def warnings_section(ctx: ReportContext) -> str:
     """Warnings gathered while building the report."""
     if ctx.kind == "run":
         ctx.warnings.extend(capture_losses(ctx.meta.get("captures") or {}))
-        rate_warnings(ctx)
         if ctx.meta.get("status") not in (None, "complete"):
             ctx.warnings.append(f"run status is {ctx.meta.get('status')!r}, not complete")
     if not ctx.warnings:

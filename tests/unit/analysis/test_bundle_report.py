@@ -115,7 +115,7 @@ def test_port_reuse_splits_connections_and_syn_retransmission_does_not(tmp_path)
                                      "tcp:10.0.1.1:40000>10.0.0.2:5201#2"]
 
 
-def test_run_report_has_figures_tables_spec_and_warnings(tmp_path):
+def test_run_report_has_figures_tables_spec_and_sections(tmp_path):
     run = _run_dir(tmp_path)
     seen = []
     path = report.write_report(run, extra_sections=[lambda ctx: seen.append(ctx.kind) or
@@ -124,7 +124,9 @@ def test_run_report_has_figures_tables_spec_and_warnings(tmp_path):
     assert seen == ["run"] and "<h2>Extra</h2>" in page
     assert page.count("<svg") >= 3 and "throughput (Mbit/s)" in page and "cwnd" in page
     assert "multipath" in page and "mptcp-subflow" in page
-    assert "below 50% of the configured 10Mbit" in page  # 8 kB in 0.1 s bins
+    # no verdict on a link's rate from capture bins (a capture before the shaper sees
+    # bursts into its queue): the fidelity section, from the links' own counters, gives it
+    assert "peak measured rate" not in page
     assert (run / "figures" / "throughput-path.png").is_file()
     assert (run / "figures" / "throughput-path.svg").is_file()
     assert (run / "metrics" / "flows.parquet").is_file()
