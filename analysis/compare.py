@@ -38,7 +38,7 @@ from analysis.evidence import FAILS, HOLDS, Estimate, difference
 from analysis.plots import value_label
 from testbed.core import safefiles
 from testbed.core.errors import InputError
-from testbed.results.bundle import COMPLETE, Bundle, bundles, check_format
+from testbed.results.bundle import COMPLETE, Bundle, bundles, check_format, not_bundles
 from testbed.results.query import check_readable, stacked_table
 from testbed.results.summary import PROTECTED_COLUMNS, run_row
 from testbed.spec.sweep import value_name
@@ -172,6 +172,13 @@ def _bundles_of(path: Path) -> list[Bundle]:
     return bundles(path)
 
 
+def _not_read(path: Path) -> list[str]:
+    """The folders under a result folder that are not read as bundles (`not_bundles`)."""
+    if safefiles.check(path, path / "metadata.json") is None:
+        return []
+    return not_bundles(path)
+
+
 def load_runs(paths: Sequence[Path], warnings: list[str]) -> pd.DataFrame:
     """The complete runs of every path (rows of the runs view), ``source`` = the path's
     index.  A run that is not complete is left out with a line in warnings; a bundle of a
@@ -179,6 +186,7 @@ def load_runs(paths: Sequence[Path], warnings: list[str]) -> pd.DataFrame:
     rows: list[dict[str, Any]] = []
     for i, path in enumerate(map(Path, paths)):
         found = _bundles_of(path)
+        warnings += _not_read(path)
         left_out: dict[str, int] = {}
         for b in found:
             meta, why = b.load_metadata()

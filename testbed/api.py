@@ -51,7 +51,9 @@ class Results:
 
     runs: one row per bundle (any status); flows, timeseries, cwnd, ping, events, rtt: the
     metrics tables of the complete runs (empty, with their documented columns, when none
-    has one).
+    has one); warnings: what was left out that a reader may expect (a folder whose
+    metadata.json is a symbolic link, a broken run), one line each, as `testbed query`
+    prints them.
     """
 
     runs: pd.DataFrame
@@ -61,6 +63,7 @@ class Results:
     ping: pd.DataFrame
     events: pd.DataFrame
     rtt: pd.DataFrame
+    warnings: tuple[str, ...] = ()
 
     def table(self, name: str) -> pd.DataFrame:
         """The table called name (one of `TABLES`)."""
@@ -75,7 +78,8 @@ class Results:
             have = list(self.runs["run_id"])
             raise InputError(f"run {unknown[0]!r} is not loaded (runs: {', '.join(have[:5])}"
                              f"{', ...' if len(have) > 5 else ''})")
-        return Results(**{t: _rows(self.table(t), run_ids) for t in TABLES})
+        return Results(**{t: _rows(self.table(t), run_ids) for t in TABLES},
+                       warnings=self.warnings)
 
 
 def _rows(df: pd.DataFrame, run_ids: Iterable[str]) -> pd.DataFrame:
@@ -92,18 +96,20 @@ def load(*folders: str | Path) -> Results:
     """
     import pandas as pd
 
-    from testbed.results.query import check_readable, view_tables
+    from testbed.results.query import check_readable, left_out, view_tables
     from testbed.results.summary import run_row, runs_frame
 
     if not folders:
         raise InputError("load: name at least one results folder")
     runs, parts = [], {t: [] for t in VIEWS}
+    warned: list[str] = []
     for out in (d for f in folders for d in _output_folders(Path(f))):
         if isinstance(out, Bundle):
             runs.append(pd.DataFrame([run_row(out)]))
             tables = _one_bundle(out)
         else:
             check_readable(out)
+            warned += left_out(out)
             runs.append(runs_frame(out))
             tables = {t: (a.to_pandas() if a is not None else None)
                       for t, a in view_tables(out).items()}
@@ -117,7 +123,7 @@ def load(*folders: str | Path) -> Results:
         raise InputError(f"run {twice.iloc[0]} is in {' and '.join(map(str, paths))}; "
                          "load them separately")
     return Results(runs=all_runs, **{t: pd.concat(parts[t], ignore_index=True) if parts[t]
-                                     else _empty(t) for t in VIEWS})
+                                     else _empty(t) for t in VIEWS}, warnings=tuple(warned))
 
 
 def _output_folders(path: Path) -> list[Path | Bundle]:

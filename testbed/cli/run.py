@@ -301,12 +301,14 @@ def query_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON lines.")] = False,
 ) -> None:
     """Query result bundles with SQL (DuckDB)."""
-    from testbed.results.query import render_table, run_query
+    from testbed.results.query import left_out, render_table, run_query
 
     try:
         df = run_query(directory, sql)
     except TestbedError as exc:
         raise _fail(exc) from None
+    for line in left_out(directory):
+        typer.echo(f"warning: {line}", err=True)
     if csv:
         sys.stdout.write(df.to_csv(index=False))
     elif as_json:

@@ -305,7 +305,9 @@ class Bundle:
             return False
         for rel, size in files.items():
             p = self.root / rel
-            if not p.is_file() or p.stat().st_size != size:
+            # a file reached through a linked folder (metrics/ -> elsewhere) is not in place:
+            # no reader follows the link, so the run would read as complete and empty
+            if safefiles.check(self.root, p) is not None or p.stat().st_size != size:
                 return False
         return True
 
@@ -394,6 +396,31 @@ def bundles(out: Path) -> list[Bundle]:
         return []
     return [Bundle(p) for p in sorted(out.iterdir())
             if not p.name.startswith(("_", ".")) and _has_metadata(out, p.name)]
+
+
+def not_bundles(out: Path) -> list[str]:
+    """Folders directly under DIR that look like bundles but are not read as such, each
+    with the reason (a linked folder, a metadata.json that is a link or no regular file):
+    a reader says so instead of leaving the run out silently."""
+    out = Path(out)
+    found = []
+    try:
+        entries = sorted(out.iterdir()) if out.is_dir() else []
+    except OSError:
+        return []
+    for p in entries:
+        if p.name.startswith(("_", ".")):
+            continue
+        if p.is_symlink():
+            if (p / "metadata.json").exists():
+                found.append(f"{p}: a symbolic link to a folder (not followed); not read")
+            continue
+        if not p.is_dir() or not os.path.lexists(p / "metadata.json"):
+            continue
+        if not _has_metadata(out, p.name):
+            why = safefiles.check(out, p / "metadata.json")
+            found.append(f"{p}: metadata.json is {why}; not read as a run")
+    return found
 
 
 def _has_metadata(out: Path, name: str) -> bool:

@@ -24,7 +24,14 @@ from typing import TYPE_CHECKING, Any
 
 from testbed.core import safefiles
 from testbed.core.errors import InputError
-from testbed.results.bundle import COMPLETE, METRIC_TABLES, UNREADABLE, bundles
+from testbed.results.bundle import (
+    BROKEN,
+    COMPLETE,
+    METRIC_TABLES,
+    UNREADABLE,
+    bundles,
+    not_bundles,
+)
 from testbed.results.summary import runs_frame
 from testbed.results.typed import typed, typed_frame
 
@@ -81,6 +88,19 @@ def view_tables(out: Path) -> dict[str, pa.Table | None]:
         # as the contract types each column, whatever older writers stored
         tables[table] = typed(table, stacked_table(found))[0] if found else None
     return tables
+
+
+def left_out(out: Path) -> list[str]:
+    """What the views leave out of DIR that a user may expect in them, one line each:
+    folders not read as bundles (`not_bundles`) and broken runs (in ``runs``, not in the
+    metrics views)."""
+    lines = not_bundles(out)
+    for b in bundles(out):
+        if b.status() == BROKEN:
+            lines.append(f"{b.root}: broken (a file of its manifest is missing, changed or "
+                         "reached through a link); in runs, left out of the other views; "
+                         f"`testbed verify {b.root}` says which")
+    return lines
 
 
 def check_readable(out: Path) -> None:

@@ -187,3 +187,35 @@ def test_runs_whose_tables_differ_in_string_width_stack(tmp_path):
                              "bytes": pa.array([None], pa.int64())}), b)
     t = stacked_table([("r1", a), ("r2", b)])
     assert t.num_rows == 2 and t.column("flow_id").to_pylist() == ["x", "y"]
+
+
+def test_runs_left_out_of_the_views_are_named(tmp_path, out):
+    """A folder whose metadata.json is a link, a run whose metrics/ is a link (it read as
+    complete with no flows) and a run with a truncated table: each left out with a line,
+    in `testbed query`'s stderr and in api.load's warnings."""
+    from testbed import api
+    from testbed.results.query import left_out
+
+    o = _copy(out, tmp_path)
+    complete = sorted(p.parent.parent for p in o.glob("*/metrics/flows.parquet"))
+    assert len(complete) >= 3
+    linked_meta, linked_metrics, truncated = complete[:3]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (linked_meta / "metadata.json").rename(elsewhere / "metadata.json")
+    (linked_meta / "metadata.json").symlink_to(elsewhere / "metadata.json")
+    (linked_metrics / "metrics").rename(elsewhere / "metrics")
+    (linked_metrics / "metrics").symlink_to(elsewhere / "metrics")
+    flows = truncated / "metrics" / "flows.parquet"
+    flows.write_bytes(flows.read_bytes()[:100])
+    lines = left_out(o)
+    assert sorted(line.split(":")[0] for line in lines) == sorted(
+        map(str, (linked_meta, linked_metrics, truncated)))
+    assert "metadata.json is a symbolic link" in " ".join(lines)
+    status = dict(run_query(o, "SELECT run_id, status FROM runs").values.tolist())
+    assert status[linked_metrics.name] == status[truncated.name] == "broken"
+    assert linked_meta.name not in status
+    r = CliRunner().invoke(app, ["query", str(o), "SELECT count(*) AS n FROM runs", "--csv"])
+    assert r.exit_code == 0
+    assert sum(line.startswith("warning: ") for line in r.output.splitlines()) == 3
+    assert api.load(o).warnings == tuple(lines)
