@@ -43,6 +43,8 @@ if TYPE_CHECKING:
     from testbed.run.sweep import SweepReport
 
 TABLES = ("runs", *VIEWS)
+# the timeseries kinds (docs/bundle.md, column kind)
+SERIES_KINDS = ("path", "subflow", "flow", "connection", "iface", "delivered")
 
 
 @dataclass(frozen=True)
@@ -182,6 +184,8 @@ def throughput_figure(res: Results, kind: str = "path") -> Figure:
     iface), schedule events as dashed lines; res: `load` of one run or `Results.select`."""
     from analysis import plots
 
+    if kind not in SERIES_KINDS:
+        raise InputError(f"kind {kind!r}: use one of {', '.join(SERIES_KINDS)}")
     run_id, res = _one_run(res)
     return plots.throughput_figure(res.timeseries, kind, res.events,
                                    title=f"Throughput per {kind}: {run_id}")

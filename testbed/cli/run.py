@@ -293,7 +293,8 @@ def print_dry_run(plans: list[Any], out: Path, keep: bool = True,
 
 def query_command(
     directory: Annotated[Path, typer.Argument(metavar="DIR",
-                                              help="Output directory of `testbed run`.")],
+                                              help="Output directory of `testbed run`, or "
+                                                   "one run's bundle.")],
     sql: Annotated[str, typer.Argument(metavar="SQL", help="DuckDB SQL over the views runs, flows, "
                                             "timeseries, cwnd, ping, events, rtt "
                                             "(docs/bundle.md).")],
@@ -303,6 +304,9 @@ def query_command(
     """Query result bundles with SQL (DuckDB)."""
     from testbed.results.query import left_out, render_table, run_query
 
+    if csv and as_json:
+        typer.echo("error: --csv and --json: give one of them", err=True)
+        raise typer.Exit(2)
     try:
         df = run_query(directory, sql)
     except TestbedError as exc:

@@ -398,12 +398,23 @@ def bundles(out: Path) -> list[Bundle]:
             if not p.name.startswith(("_", ".")) and _has_metadata(out, p.name)]
 
 
+def bundles_at(path: Path) -> list[Bundle]:
+    """The bundles a path names: itself, when it is one run's bundle (its metadata.json a
+    regular file), else `bundles` under it."""
+    path = Path(path)
+    if path.is_dir() and safefiles.check(path, path / "metadata.json") is None:
+        return [Bundle(path)]
+    return bundles(path)
+
+
 def not_bundles(out: Path) -> list[str]:
     """Folders directly under DIR that look like bundles but are not read as such, each
     with the reason (a linked folder, a metadata.json that is a link or no regular file):
     a reader says so instead of leaving the run out silently."""
     out = Path(out)
-    found = []
+    found: list[str] = []
+    if safefiles.check(out, out / "metadata.json") is None:
+        return found  # one run's bundle: its folders are its own
     try:
         entries = sorted(out.iterdir()) if out.is_dir() else []
     except OSError:

@@ -29,7 +29,7 @@ from testbed.results.bundle import (
     COMPLETE,
     METRIC_TABLES,
     UNREADABLE,
-    bundles,
+    bundles_at,
     not_bundles,
 )
 from testbed.results.summary import runs_frame
@@ -79,7 +79,7 @@ def view_tables(out: Path) -> dict[str, pa.Table | None]:
 
     out: the output directory (its bundles are read as in `connect`).
     """
-    complete = [b for b in bundles(out) if b.status() == COMPLETE]
+    complete = [b for b in bundles_at(out) if b.status() == COMPLETE]
     tables: dict[str, pa.Table | None] = {}
     for table in VIEWS:
         files = [(b.run_id, safefiles.file_in(b.root, f"metrics/{table}.parquet"))
@@ -95,7 +95,7 @@ def left_out(out: Path) -> list[str]:
     folders not read as bundles (`not_bundles`) and broken runs (in ``runs``, not in the
     metrics views)."""
     lines = not_bundles(out)
-    for b in bundles(out):
+    for b in bundles_at(out):
         if b.status() == BROKEN:
             lines.append(f"{b.root}: broken (a file of its manifest is missing, changed or "
                          "reached through a link); in runs, left out of the other views; "
@@ -110,7 +110,7 @@ def check_readable(out: Path) -> None:
     out: the output directory.
     """
     try:
-        found = bundles(out)
+        found = bundles_at(out)
         studies = [] if found else sorted(p.name for p in Path(out).iterdir()
                                           if p.is_dir() and (p / "summary.parquet").is_file())
     except PermissionError as exc:

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from testbed.results.bundle import Bundle, bundles
+from testbed.results.bundle import Bundle, bundles_at
 from testbed.results.columns import FLT, INT, table
 
 if TYPE_CHECKING:
@@ -122,7 +122,7 @@ def runs_frame(out: Path) -> pd.DataFrame:
     """The runs table (a pandas DataFrame) built from every bundle's metadata.json."""
     import pandas as pd
 
-    rows = [run_row(b) for b in bundles(out)]
+    rows = [run_row(b) for b in bundles_at(out)]
     df = pd.DataFrame(rows, columns=None if rows else list(IDENTITY_COLUMNS))
     for col in df.columns:
         df[col] = _declared(col, _uniform(df[col]))

@@ -108,6 +108,8 @@ def test_figures(out: Path) -> None:
     assert isinstance(fig, Figure)
     assert len(fig.axes[0].patches) == 2  # a line (stairs) per subflow
     assert MPTCP_RUN in fig.axes[0].get_title()
+    with pytest.raises(InputError, match="kind 'paths': use one of path, subflow"):
+        api.throughput_figure(res.select(MPTCP_RUN), kind="paths")  # a typo: no empty axes
     assert isinstance(api.cwnd_figure(res.select(TCP_RUN)), Figure)
     cdf = api.fct_cdf_figure(res)
     assert len(cdf.axes[0].lines) == 2  # the step line and its points

@@ -219,3 +219,15 @@ def test_runs_left_out_of_the_views_are_named(tmp_path, out):
     assert r.exit_code == 0
     assert sum(line.startswith("warning: ") for line in r.output.splitlines()) == 3
     assert api.load(o).warnings == tuple(lines)
+
+
+def test_one_runs_bundle_is_queried_alone(out):
+    run = sorted(p.parent.parent for p in out.glob("*/metrics/flows.parquet"))[0]
+    df = run_query(run, "SELECT r.run_id, count(f.run_id) AS n FROM runs r "
+                        "LEFT JOIN flows f USING (run_id) GROUP BY 1")
+    assert df["run_id"].tolist() == [run.name] and int(df["n"].iloc[0]) >= 1
+
+
+def test_csv_and_json_together_are_refused(out):
+    r = CliRunner().invoke(app, ["query", str(out), "SELECT 1", "--csv", "--json"])
+    assert r.exit_code == 2 and "give one of them" in r.output
