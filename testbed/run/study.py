@@ -177,6 +177,7 @@ def write_study_report(study: Path, out: Path) -> Path:
 
     if not out.is_dir():
         raise InputError(f"{out}: no study results here; run `testbed study {study}` first")
+    _check_is_output_of(study, out)
     for key, err in finish_analysis(out).items():
         print(f"  failed in {study.name}/{key}: {err}", file=sys.stderr)
     for spec_out in spec_outputs(out):
@@ -185,6 +186,21 @@ def write_study_report(study: Path, out: Path) -> Path:
         except TestbedError as exc:
             print(f"report for {spec_out.name} skipped: {exc}", file=sys.stderr)
     return write_comparison(study, out)
+
+
+def _check_is_output_of(study: Path, out: Path) -> None:
+    """Raise `InputError` when out holds spec folders, none of them this study's (another
+    study's output, or one spec's folder): its report would be written over with an empty
+    one."""
+    found = [p.name for p in spec_outputs(out)]
+    mine = {p.stem for v in VARIANTS if (study / v).is_dir() for p in (study / v).glob("*.toml")}
+    if found and not mine & set(found):
+        raise InputError(f"{out}: holds the runs of {', '.join(found[:3])}"
+                         f"{', ...' if len(found) > 3 else ''}, none of study {study.name}'s "
+                         f"specs; give the --out of `testbed study {study}`")
+    if not found and (out / "summary.parquet").exists():
+        raise InputError(f"{out}: one spec's results (summary.parquet), not a study's output "
+                         f"folder; give the --out of `testbed study {study}`")
 
 
 def in_vm_argv(studies: list[Path], variant: str, out: Path | None,

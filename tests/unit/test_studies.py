@@ -198,3 +198,22 @@ def test_p3_ideal_counts_the_link_as_the_schedule_applied_it(tmp_path):
     p3({}, tmp_path, res)
     util = next(c for c in res.comparisons if c.quantity == "utilisation of the ideal")
     assert util.ours == pytest.approx(50.0)
+
+
+def test_a_study_report_is_not_written_over_another_studys_output(tmp_path):
+    """`testbed study P3 --report-only --out <P2's output>` replaced P2's report with an
+    empty P3 one; now it is one line and nothing is written."""
+    from testbed.core.errors import InputError
+    from testbed.run import study as st
+
+    p2 = tmp_path / "p2"
+    for spec in ("bandwidth", "cc"):
+        (p2 / spec).mkdir(parents=True)
+        (p2 / spec / "summary.parquet").write_bytes(b"x")
+    (p2 / "report.html").write_text("P2's report")
+    p3 = Path(__file__).resolve().parents[2] / "experiments" / "p3_handover"
+    with pytest.raises(InputError, match="none of study p3_handover's specs"):
+        st.write_study_report(p3, p2)
+    with pytest.raises(InputError, match="one spec's results"):
+        st.write_study_report(p3, p2 / "cc")
+    assert (p2 / "report.html").read_text() == "P2's report"
