@@ -64,13 +64,19 @@ def grade_entry(entry: Entry, assignment: Assignment, limits: Limits = Limits(),
 
 
 def check_out(out: Path, submissions: Path) -> None:
-    """Refuse an --out folder that is the submissions folder or inside it."""
+    """Refuse an --out folder that is the submissions folder or inside it, or that already
+    holds something (an earlier gradebook)."""
     target, src = Path(out).resolve(), Path(submissions).resolve()
     if target == src or src in target.parents:
         raise InputError(f"--out {out}: inside the submissions folder {submissions}; grading "
                          "never writes into the submissions: choose another folder")
     if Path(out).exists() and not Path(out).is_dir():
         raise InputError(f"--out {out}: not a folder")
+    if Path(out).is_dir() and any(Path(out).iterdir()):
+        # another class's pages would stay beside this one's, its gradebook be replaced
+        held = "a gradebook" if (Path(out) / "gradebook.csv").exists() else "files"
+        raise InputError(f"--out {out}: already holds {held}; grading never writes over "
+                         "earlier results: give a new folder")
 
 
 def gradebook_rows(assignment: Assignment, students: list[StudentResult]) -> list[list[str]]:

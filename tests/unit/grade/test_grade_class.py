@@ -186,3 +186,23 @@ def test_check_prints_every_check_and_hides_hidden_values(runs: Path) -> None:
     shown = next(line for line in lines if line.startswith("PASS mptcp-goodput"))
     assert "6" in shown.split("expected", 1)[1] and "8" in shown.split("expected", 1)[1]
     assert lines[-1] == f"total: {FULL:g} of {FULL:g} points"
+
+
+def test_an_out_folder_that_holds_anything_is_refused(tmp_path: Path) -> None:
+    """A second grading into the same --out replaced gradebook.csv and left the first
+    class's student pages beside the new index; now nothing is written."""
+    from testbed.core.errors import InputError
+    from testbed.grade.gradebook import check_out
+
+    subs, out = tmp_path / "subs", tmp_path / "out"
+    subs.mkdir()
+    check_out(out, subs)  # new: fine
+    out.mkdir()
+    check_out(out, subs)  # empty: fine
+    (out / "gradebook.csv").write_text("student,check\nalice,total\n")
+    (out / "alice.html").write_text("alice")
+    with pytest.raises(InputError, match="already holds a gradebook"):
+        check_out(out, subs)
+    with pytest.raises(InputError, match="inside the submissions folder"):
+        check_out(subs / "o", subs)
+    assert (out / "gradebook.csv").read_text().startswith("student,check")
