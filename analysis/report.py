@@ -86,7 +86,8 @@ def _read_parquet(path: Path) -> pd.DataFrame:
     except (OSError, ValueError, pa.ArrowException) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise ReportInputError(f"{path}: not a readable parquet table ({first}); "
-                               "re-run `testbed analyze` or the run") from None
+                               "`testbed verify` on its run says what changed; re-run "
+                               "the run") from None
 
 
 def _stale(summary: Path, runs: pd.DataFrame) -> bool:

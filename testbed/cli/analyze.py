@@ -26,6 +26,20 @@ def _fmt(col: str, v: object) -> str:
     return str(v)
 
 
+def _refuse_a_bundles_folder(out: Path) -> None:
+    """Raise `InputError` when out is a run bundle or inside one: loose tables written
+    there replace the bundle's own (made with its interfaces map and samples) and break
+    its manifest."""
+    from testbed.core.errors import InputError
+
+    here = out.resolve()
+    for p in [here, *here.parents][:4]:
+        if (p / "metadata.json").is_file():
+            raise InputError(f"--out {out}: inside the run bundle {p}; `testbed analyze` "
+                             "writes loose tables: choose a folder outside it (a bundle's "
+                             "own tables come from `testbed report` / the run)")
+
+
 def analyze_files(paths: list[Path], out: Path | None, bin_s: float,
                   chunk_bytes: int, packets: bool) -> list[list[str]]:
     """Analyse captures, write parquet under out; return table rows for printing.
@@ -40,6 +54,8 @@ def analyze_files(paths: list[Path], out: Path | None, bin_s: float,
     from testbed.core.safefiles import atomic_write
     from testbed.results.typed import write_typed
 
+    if out is not None:
+        _refuse_a_bundles_folder(out)
     show = stderr_progress()  # a line on stderr now and then while reading a large capture
     caps = [CaptureAnalysis.of(p, chunk_bytes, show) for p in paths]  # all read before writing
     tables = build_tables(caps, {}, empty_appflows(), bin_s)

@@ -213,6 +213,11 @@ def test_cli_analyze_and_errors(tmp_path):
     assert len(lines) == 1 and "bad.pcap" in lines[0] and "byte offset" in lines[0]
     r = CliRunner().invoke(app, ["report", str(tmp_path / "nothing")])
     assert r.exit_code == 2
+    run = _run_dir(tmp_path / "bundle")  # a bundle's metrics/ is not a place for loose tables
+    before = (run / "metadata.json").read_bytes()
+    r = CliRunner().invoke(app, ["analyze", str(cap), "--out", str(run / "metrics")])
+    assert r.exit_code == 2 and "inside the run bundle" in r.output
+    assert (run / "metadata.json").read_bytes() == before
 
 
 def test_sender_and_receiver_captures_answer_their_own_questions(tmp_path):
