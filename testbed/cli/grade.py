@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from testbed.cli.common import guarded, hand_over_on_exit
+from testbed.core.errors import InputError, TestbedError
 
 _ASSIGNMENT = typer.Option("--assignment", "-a", metavar="NAME",
                            help="An assignment of experiments/assignments, or its folder.")
@@ -29,11 +30,22 @@ def _taken_in(path: Path, tmp: Path) -> Path:
     return take_in(Entry("bundle", path), tmp / "in" / name)
 
 
+def _named_as_given(exc: TestbedError, copy: Path, given: Path) -> TestbedError:
+    """exc with the private copy's path replaced by the one the user gave (a message
+    naming /tmp/testbed-verify-.../in/... points at nothing the user has)."""
+    text = str(exc).replace(str(copy), str(given))
+    if text == str(exc):
+        return exc
+    try:
+        return type(exc)(text)
+    except TypeError:  # a class whose constructor takes more than a message
+        return InputError(text)
+
+
 def check_cmd(assignment: str, bundle: Path) -> int:
     """Print what would pass and fail; exit 0 when every check passes, else 1."""
     import tempfile
 
-    from testbed.core.errors import InputError
     from testbed.grade.gradebook import grade_folder
     from testbed.grade.rubric import load_assignment
 
@@ -45,7 +57,7 @@ def check_cmd(assignment: str, bundle: Path) -> int:
         found = _taken_in(bundle, Path(tmp))
         res = grade_folder(found, Path(tmp) / "runs", a, "you", figures=False)
     if res.error:
-        raise InputError(f"{bundle}: {res.error}")
+        raise InputError(f"{bundle}: {res.error.replace(str(found), str(bundle))}")
     for r in res.results:
         mark = "PASS" if r.passed else "FAIL"
         typer.echo(f"{mark} {r.check.name}: measured {r.measured_text() or 'nothing'}, "
@@ -61,7 +73,6 @@ def verify_cmd(bundle: Path, assignment: str | None) -> int:
     """Re-analyse and compare; exit 0 when everything matches, else 1."""
     import tempfile
 
-    from testbed.core.errors import InputError
     from testbed.grade.rubric import load_assignment
     from testbed.grade.verify import rebuild
 
@@ -69,7 +80,11 @@ def verify_cmd(bundle: Path, assignment: str | None) -> int:
     if not Path(bundle).exists():
         raise InputError(f"{bundle}: no such folder; give a run's bundle or a results folder")
     with tempfile.TemporaryDirectory(prefix="testbed-verify-") as tmp:
-        ver = rebuild(_taken_in(bundle, Path(tmp)), Path(tmp) / "runs", a)
+        found = _taken_in(bundle, Path(tmp))
+        try:
+            ver = rebuild(found, Path(tmp) / "runs", a)
+        except TestbedError as exc:
+            raise _named_as_given(exc, found, bundle) from None
     for run in ver.runs:
         lines = run.lines()
         typer.echo(f"{run.run_id}: ok" if not lines else "\n".join(lines))

@@ -167,8 +167,10 @@ def rebuild_one(src: Path, dest: Path) -> RunCheck:
     try:
         head = analyze_bundle(dest)
     except (InputError, OSError, ValueError) as exc:
+        # named as the user's file, not the private copy it was read from
+        why = _first_line(exc).replace(str(dest), str(src))
         raise VerifyError(f"{src.name}: cannot be re-analysed from its captures "
-                          f"({_first_line(exc)})") from None
+                          f"({why})") from None
     for table in VIEWS:
         stored = safefiles.file_in(src, f"metrics/{table}.parquet")
         if stored is None:

@@ -166,3 +166,19 @@ def test_loose_captures_count_a_connection_where_all_its_subflows_were_seen(tmp_
         conn = flows[flows["kind"] == "connection"].iloc[0]
         rows.append((conn["capture_receiver"], int(conn["bytes"]), int(conn["data_packets"])))
     assert rows[0] == rows[1] == ("server-server-eth0", 8000, 8)
+
+
+def test_verify_names_a_truncated_capture_by_the_users_path(tmp_path):
+    """verify reads a private copy of the bundle; its error named /tmp/testbed-verify-..."""
+    from typer.testing import CliRunner
+
+    from testbed.cli.app import app
+
+    _run(tmp_path / "out", None)
+    run = tmp_path / "out" / "run"
+    cap = run / "pcap" / "server-server-eth0.pcap"
+    cap.write_bytes(cap.read_bytes()[:-7])
+    for target in (run, run.parent):
+        res = CliRunner().invoke(app, ["verify", str(target)])
+        assert res.exit_code == 2, res.output
+        assert str(cap) in res.output and "testbed-verify-" not in res.output
