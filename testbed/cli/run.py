@@ -302,7 +302,7 @@ def query_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON lines.")] = False,
 ) -> None:
     """Query result bundles with SQL (DuckDB)."""
-    from testbed.results.query import left_out, render_table, run_query
+    from testbed.results.query import fits, left_out, render_records, render_table, run_query
 
     if csv and as_json:
         typer.echo("error: --csv and --json: give one of them", err=True)
@@ -320,4 +320,6 @@ def query_command(
     else:
         from rich.console import Console
 
-        Console(highlight=False).print(render_table(df))
+        console = Console(highlight=False)
+        # too many columns for the terminal: one row below the other, not empty cells
+        console.print(render_table(df) if fits(df, console.width) else render_records(df))

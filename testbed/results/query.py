@@ -211,11 +211,37 @@ def render_table(df: pd.DataFrame, max_rows: int = 200) -> Table:
     return table
 
 
+def render_records(df: pd.DataFrame, max_rows: int = 200) -> Table:
+    """The rows of df one below the other, a (column, value) line each: what the
+    terminal shows when `render_table` would have too many columns to fit it."""
+    from rich.table import Table
+
+    table = Table(show_header=True, header_style="bold")
+    table.add_column("column", overflow="fold")
+    table.add_column("value", overflow="fold")
+    for i, row in enumerate(df.head(max_rows).itertuples(index=False)):
+        if i:
+            table.add_section()
+        for col, v in zip(df.columns, row, strict=True):
+            table.add_row(str(col), _cell(v))
+    if len(df) > max_rows:
+        table.caption = f"{len(df) - max_rows} more rows (use --csv for all)"
+    return table
+
+
+def fits(df: pd.DataFrame, width: int, min_column: int = 9) -> bool:
+    """Whether df's columns fit a terminal width as a table (each at least min_column
+    characters with its borders)."""
+    return len(df.columns) * min_column <= width
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, float):
         if value != value:
             return ""
+        if abs(value) >= 1e6:  # epoch times, rates: every digit before the point
+            return f"{value:.3f}".rstrip("0").rstrip(".")
         return f"{value:.6g}"
     return str(value)

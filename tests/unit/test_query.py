@@ -231,3 +231,24 @@ def test_one_runs_bundle_is_queried_alone(out):
 def test_csv_and_json_together_are_refused(out):
     r = CliRunner().invoke(app, ["query", str(out), "SELECT 1", "--csv", "--json"])
     assert r.exit_code == 2 and "give one of them" in r.output
+
+
+def test_a_table_too_wide_for_the_terminal_shows_one_row_below_the_other(out):
+    wide = run_query(out, "SELECT * FROM runs LIMIT 1")
+    assert len(wide.columns) > 10
+    env = {"COLUMNS": "80"}
+    r = CliRunner(env=env).invoke(app, ["query", str(out), "SELECT * FROM runs LIMIT 1"])
+    assert r.exit_code == 0
+    rows = [line for line in r.output.splitlines() if line.startswith("│")]
+    assert len(rows) >= len(wide.columns)  # a line per column, each with its value
+    assert any(wide["run_id"].iloc[0] in line for line in rows)
+    narrow = CliRunner(env=env).invoke(app, ["query", str(out), "SELECT run_id FROM runs"])
+    assert narrow.output.splitlines()[1].strip("┃ ") == "run_id"
+
+
+def test_large_numbers_keep_their_digits():
+    from testbed.results.query import _cell
+
+    assert _cell(1795848332.3046274) == "1795848332.305"
+    assert _cell(13650000.0) == "13650000"
+    assert _cell(0.123456789) == "0.123457" and _cell(float("nan")) == ""
