@@ -102,3 +102,14 @@ def error_lines(exc: BaseException) -> list[str]:
     """``error: <line>`` for each line of exc's message (one problem per line)."""
     lines = [line for line in str(exc).splitlines() if line.strip()]
     return [f"error: {line}" for line in lines or [type(exc).__name__]]
+
+
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """exc's message on one line, for a table cell or a row of a gradebook: its lines
+    joined with "; " (a library's message may go on after a line ending in ":", as
+    tarfile's "file could not be opened successfully:" does), at most limit characters."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = " ".join(f"{a};" if not a.endswith((":", ";", ",")) else a for a in lines[:-1])
+    text = f"{text} {lines[-1]}".strip() if lines else type(exc).__name__
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+

@@ -19,7 +19,7 @@ import io
 import tempfile
 from pathlib import Path
 
-from testbed.core.errors import InputError
+from testbed.core.errors import InputError, one_line
 from testbed.core.safefiles import atomic_write_text
 from testbed.grade.checks import StudentResult, run_checks
 from testbed.grade.intake import Entry, Limits, entries, take_in
@@ -28,10 +28,6 @@ from testbed.grade.rubric import Assignment
 from testbed.grade.verify import rebuild
 
 GRADEBOOK_COLUMNS = ["student", "check", "expected", "measured", "points", "feedback"]
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
 
 
 def grade_folder(found: Path, workspace: Path, assignment: Assignment, student: str,
@@ -44,7 +40,7 @@ def grade_folder(found: Path, workspace: Path, assignment: Assignment, student: 
             raise InputError("no result bundles (no <run-id>/metadata.json) in the submission")
         result.results = run_checks(assignment, workspace)
     except InputError as exc:
-        result.error = _first_line(exc)
+        result.error = one_line(exc)
         result.results = []
         return result
     if figures:
@@ -59,7 +55,7 @@ def grade_entry(entry: Entry, assignment: Assignment, limits: Limits = Limits(),
         try:
             found = take_in(entry, Path(tmp) / "in", limits)
         except (InputError, OSError) as exc:
-            return StudentResult(entry.student, error=f"submission refused: {_first_line(exc)}")
+            return StudentResult(entry.student, error=f"submission refused: {one_line(exc)}")
         return grade_folder(found, Path(tmp) / "runs", assignment, entry.student, figures)
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from testbed.core import safefiles
 from testbed.core.compat import tomllib
-from testbed.core.errors import InputError
+from testbed.core.errors import InputError, one_line
 from testbed.grade.rubric import Assignment, fixed_differences
 from testbed.results.bundle import Bundle
 from testbed.results.query import VIEWS
@@ -108,10 +108,6 @@ def find_bundles(root: Path) -> list[Path]:
     return found
 
 
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-
-
 def _read_table(path: Path) -> Any:
     import pandas as pd
     import pyarrow as pa
@@ -120,7 +116,7 @@ def _read_table(path: Path) -> Any:
         return pd.read_parquet(io.BytesIO(safefiles.read_bytes(path)))
     except (OSError, ValueError, pa.ArrowException) as exc:
         raise VerifyError(f"{path.parent.parent.name}: metrics/{path.name} is not a readable "
-                          f"parquet table ({_first_line(exc)})") from None
+                          f"parquet table ({one_line(exc)})") from None
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -168,7 +164,7 @@ def rebuild_one(src: Path, dest: Path) -> RunCheck:
         head = analyze_bundle(dest)
     except (InputError, OSError, ValueError) as exc:
         # named as the user's file, not the private copy it was read from
-        why = _first_line(exc).replace(str(dest), str(src))
+        why = one_line(exc).replace(str(dest), str(src))
         raise VerifyError(f"{src.name}: cannot be re-analysed from its captures "
                           f"({why})") from None
     for table in VIEWS:
@@ -200,7 +196,7 @@ def check_spec(bundle: Path, assignment: Assignment) -> list[str]:
         data = tomllib.loads(safefiles.read_text(path))
         run_spec = validate_spec(data, "spec.toml")
     except (tomllib.TOMLDecodeError, InputError, UnicodeDecodeError) as exc:
-        return [f"spec.toml does not load ({_first_line(exc)})"]
+        return [f"spec.toml does not load ({one_line(exc)})"]
     found = assignment.spec_named(run_spec.name)
     if found is None:
         names = ", ".join(f"{f}: {s.name}" for f, s in assignment.specs.items())
