@@ -10,7 +10,8 @@ def test_one_line_keeps_what_follows_a_colon():
     from testbed.core.errors import one_line
 
     try:
-        tarfile.open(fileobj=io.BytesIO(b"garbage" * 10))
+        with tarfile.open(fileobj=io.BytesIO(b"garbage" * 10)):
+            pass
     except tarfile.TarError as exc:
         line = one_line(exc)
     assert "\n" not in line and "truncated header" in line  # not cut after "successfully:"
