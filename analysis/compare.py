@@ -192,7 +192,8 @@ def load_runs(paths: Sequence[Path], warnings: list[str]) -> pd.DataFrame:
             meta, why = b.load_metadata()
             if meta is not None:
                 check_format(meta, b.metadata_path)
-            status = b.status() if meta is not None else f"unreadable ({why})"
+            # the statuses of docs/bundle.md: invalid JSON is broken, not unreadable
+            status = b.status() if meta is not None else f"{b.status()} ({why})"
             if status != COMPLETE:
                 left_out[status] = left_out.get(status, 0) + 1
                 continue

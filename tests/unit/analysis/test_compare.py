@@ -199,6 +199,15 @@ def test_a_newer_bundle_format_is_refused(root, tmp_path):
         build([newer, root / "mptcp"])
 
 
+def test_a_run_with_invalid_metadata_is_left_out_as_broken(root, tmp_path):
+    bad = tmp_path / "bad"
+    shutil.copytree(root / "tcp", bad)
+    (bad / TCP_RUN / "metadata.json").write_text("{not json")
+    cmp = build([bad, root / "mptcp"])
+    left = [w for w in cmp.warnings if "left out" in w]
+    assert len(left) == 1 and "1 broken (not valid JSON" in left[0], cmp.warnings
+
+
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"by": "transport.cc"}, "--by transport.cc: no such parameter"),
     ({"by": "workload.0=tcp-wifi,udp"}, "no run has workload.0=udp"),
