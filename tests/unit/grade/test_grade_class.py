@@ -206,3 +206,20 @@ def test_an_out_folder_that_holds_anything_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="inside the submissions folder"):
         check_out(subs / "o", subs)
     assert (out / "gradebook.csv").read_text().startswith("student,check")
+
+
+def test_a_missing_value_stored_either_way_is_the_same() -> None:
+    """Bundles written before every column was stored as declared kept an all-null text
+    column as objects (None) where today's writer stores strings (NaN): verify called
+    every such bundle stale."""
+    import numpy as np
+
+    from testbed.grade.verify import _same
+
+    old = pd.DataFrame({"link": [None, None], "n": pd.Series([None, 3], dtype=object),
+                        "rate": [1.0, np.nan]})
+    new = pd.DataFrame({"link": pd.Series([np.nan, np.nan], dtype="str"),
+                        "n": [np.nan, 3.0000001], "rate": [1.0000001, np.nan]})
+    assert _same(old, new)
+    assert not _same(old, new.assign(n=[np.nan, 4.0]))
+    assert not _same(old, new.assign(link=["wifi", None]))
