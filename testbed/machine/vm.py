@@ -260,14 +260,6 @@ def _exportable(path: str) -> bool:
     return "," not in path and shlex.quote(path) == path
 
 
-# The guest runs only the testbed's own commands, so the kernel's side-channel mitigations
-# (retpolines, barriers on every system call) protect nothing there; under software
-# emulation they cost about a quarter of each process start and half of a system call's
-# time (measured: `python -S -c pass` 1.69 -> 1.23 s, 200,000 one-block `dd` reads
-# 1.47 -> 0.69 s), time taken from the emulated network's CPU budget.
-GUEST_KERNEL_ARGS = "mitigations=off"
-
-
 def vng_argv(vng: str, kernel: Path, memory: str, cpus: int, kvm: bool, inner: str,
              cached: list[tuple[str, str]] | None = None,
              writable: list[tuple[str, str]] | None = None) -> list[str]:
@@ -278,8 +270,7 @@ def vng_argv(vng: str, kernel: Path, memory: str, cpus: int, kvm: bool, inner: s
     second time, read-only, for `cached_mounts` (see `cached_trees`); writable: trees
     exported writable for `writable_mounts` (see `writable_trees`).
     """
-    argv = [vng, "--run", str(kernel), "--memory", memory, "--cpus", str(cpus), "--rw",
-            "--append", GUEST_KERNEL_ARGS]
+    argv = [vng, "--run", str(kernel), "--memory", memory, "--cpus", str(cpus), "--rw"]
     if not kvm:
         argv.append("--disable-kvm")
     trees = [(t, p, "") for t, p in writable or []] + \
