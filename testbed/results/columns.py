@@ -166,8 +166,8 @@ FLOWS = Table("flows", "metrics/flows.parquet",
                       "else last packet, at `capture`"),
                   Col("fct_s", FLT, "s", "the FCT: `end - start`, first SYN to the first "
                       "ACK covering the last data byte, at the data sender's capture; null "
-                      "for UDP and for a TCP flow or subflow *cut off*: no captured ACK "
-                      "covers its last data byte (see \"One FCT\")"),
+                      "for UDP and for a TCP flow or subflow *cut off*: its receiver's ACKs "
+                      "were captured, none covering its last data byte (see \"One FCT\")"),
                   Col("throughput_bps", FLT, "bit/s", "`bytes * 8 / (end - start)`; cut off "
                       "(`fct_s` null, TCP): the data bytes its receiver acknowledged * 8 / "
                       "(the first ACK that high - `start`), as sent bytes that never arrived "

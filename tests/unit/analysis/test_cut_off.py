@@ -40,3 +40,12 @@ def test_a_flow_nothing_of_which_was_acknowledged_delivered_nothing(tmp_path):
     sent = handshake_and_data(4)[:7]  # the SYN/ACK acknowledges the SYN, no data
     r = _flow(tmp_path, sent)
     assert r["fct_s"] != r["fct_s"] and r["throughput_bps"] == 0.0
+
+
+def test_a_one_way_capture_cannot_tell_and_keeps_the_old_reading(tmp_path):
+    """Only the data direction captured (no ACK of the receiver at all): not called cut
+    off; fct_s and throughput_bps run to the last packet, as for any capture without ACKs."""
+    one_way = [p for p in handshake_and_data(10, t_step=0.01) if p["IP"].src == CLIENT]
+    r = _flow(tmp_path, one_way)
+    assert r["fct_s"] == pytest.approx(r["end"] - r["start"])
+    assert r["throughput_bps"] == pytest.approx(10_000 * 8 / r["fct_s"])
