@@ -222,13 +222,13 @@ def flow_table_and_rtt(tbl: T.PacketTable, fl: Flows, seg: pd.DataFrame | None =
         # cut off: a TCP flow with data whose last byte no captured ACK covers (an outage,
         # the run's end).  No FCT; its rate is what was acknowledged, up to the last ACK
         # that acknowledged new data (bytes sent but never acknowledged are not counted)
-        # A capture that holds no ACK of the flow at all (one direction only, e.g. a
-        # switch port on an asymmetric path) cannot tell: such a flow keeps `end` = its
-        # last packet, as before
+        # A capture that holds no ACK of the flow's data (one direction only, or only the
+        # handshake back, e.g. a switch port on an asymmetric path) cannot tell: such a
+        # flow keeps `end` = its last packet, as before
         cut = tcp & has_data & np.isnan(cov)
         if cut.any():
             acked, t_acked = _acknowledged(seg, f, sdir, ddir, has_data, first_seq, nf)
-            cut &= ~np.isnan(t_acked)
+            cut &= acked > 0
             cut_rate = (cut, acked, t_acked)
         if len(rtt):
             rtt_med = rtt.groupby("flow")["rtt_ms"].median().reindex(range(nf)).to_numpy()

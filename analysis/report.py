@@ -108,7 +108,7 @@ def _stale(summary: Path, runs: pd.DataFrame) -> bool:
 
     a, b = plain(stored), plain(runs)
     try:
-        pd.testing.assert_frame_equal(a, b, check_dtype=False)
+        pd.testing.assert_frame_equal(a, b, check_dtype=False, check_exact=True)
     except (AssertionError, TypeError, ValueError):
         return True
     return False

@@ -16,12 +16,9 @@ made (`analysis.evidence`).  No cell shows a raw dictionary or JSON.
 from __future__ import annotations
 
 import html
-import io
 import json
 from pathlib import Path
 from typing import Any
-
-import pandas as pd
 
 from analysis.claims import Claim, StudyResult, StudyTable, load_paper, paper_id
 from analysis.evidence import FAILS, HOLDS, INCONCLUSIVE, Estimate
@@ -32,6 +29,7 @@ from analysis.study_text import measured_text, number, ratio_text, verdict_sente
 from testbed.core import safefiles
 from testbed.core.errors import InputError
 from testbed.core.safefiles import atomic_write_text
+from testbed.results.summary import runs_frame
 
 
 def evaluate(study: Path, out: Path, registry: StudyRegistry | None = None) -> StudyResult:
@@ -147,7 +145,7 @@ def _study_table(t: StudyTable) -> str:
 
 
 def _fidelity_banner(out: Path) -> str:
-    """The fidelity verdicts of every run of the study (each spec's summary.parquet)."""
+    """The fidelity verdicts of every run of the study (each spec folder's bundles)."""
     verdicts = []
     skipped: list[str] = []  # a linked spec folder or summary is named, never followed
     folders = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
@@ -157,10 +155,10 @@ def _fidelity_banner(out: Path) -> str:
         summary = safefiles.file_in(out, f"{name}/summary.parquet", skipped)
         if summary is None:
             continue
-        try:
-            s = pd.read_parquet(io.BytesIO(safefiles.read_bytes(summary)))
+        try:  # as the bundles say now, as each spec's report reads them
+            s = runs_frame(out / name)
         except (OSError, ValueError, InputError):
-            skipped.append(f"skipped {summary}: not a readable parquet table")
+            skipped.append(f"skipped {out / name}: its runs cannot be read")
             continue
         for _, r in s.iterrows():
             v = r.get("fidelity")

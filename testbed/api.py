@@ -109,6 +109,7 @@ def load(*folders: str | Path) -> Results:
         if isinstance(out, Bundle):
             runs.append(pd.DataFrame([run_row(out)]))
             tables = _one_bundle(out)
+            warned += left_out(out.root)
         else:
             check_readable(out)
             warned += left_out(out)
@@ -147,13 +148,15 @@ def _output_folders(path: Path) -> list[Path | Bundle]:
 def _one_bundle(bundle: Bundle) -> dict[str, pd.DataFrame | None]:
     from testbed.results.bundle import COMPLETE
     from testbed.results.query import stacked_table
+    from testbed.results.typed import typed
 
     if bundle.status() != COMPLETE:
         return {t: None for t in VIEWS}
     out: dict[str, pd.DataFrame | None] = {}
     for t in VIEWS:
         f = safefiles.file_in(bundle.root, f"metrics/{t}.parquet")
-        out[t] = stacked_table([(bundle.run_id, f)]).to_pandas() if f is not None else None
+        out[t] = typed(t, stacked_table([(bundle.run_id, f)]))[0].to_pandas() \
+            if f is not None else None
     return out
 
 

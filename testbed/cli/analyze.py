@@ -33,7 +33,7 @@ def _refuse_a_bundles_folder(out: Path) -> None:
     from testbed.core.errors import InputError
 
     here = out.resolve()
-    for p in [here, *here.parents][:4]:
+    for p in [here, *here.parents]:
         if (p / "metadata.json").is_file():
             raise InputError(f"--out {out}: inside the run bundle {p}; `testbed analyze` "
                              "writes loose tables: choose a folder outside it (a bundle's "

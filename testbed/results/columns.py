@@ -166,7 +166,7 @@ FLOWS = Table("flows", "metrics/flows.parquet",
                       "else last packet, at `capture`"),
                   Col("fct_s", FLT, "s", "the FCT: `end - start`, first SYN to the first "
                       "ACK covering the last data byte, at the data sender's capture; null "
-                      "for UDP and for a TCP flow or subflow *cut off*: its receiver's ACKs "
+                      "for UDP and for a TCP flow or subflow *cut off*: ACKs of its data "
                       "were captured, none covering its last data byte (see \"One FCT\")"),
                   Col("throughput_bps", FLT, "bit/s", "`bytes * 8 / (end - start)`; cut off "
                       "(`fct_s` null, TCP): the data bytes its receiver acknowledged * 8 / "

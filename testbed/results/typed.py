@@ -79,10 +79,27 @@ def _castable(have: pa.DataType, dtype: str) -> bool:
 
 
 def typed_frame(name: str, df: pd.DataFrame) -> tuple[pa.Table, list[str]]:
-    """`typed` of a pandas frame (its index dropped; NaN is a missing value)."""
+    """`typed` of a pandas frame (its index dropped; NaN is a missing value).
+
+    A column Arrow cannot hold as it is (a crafted metadata.json's integer beyond 64 bits)
+    is stored as text and named in the problems, never an exception."""
     import pyarrow as pa
 
-    return typed(name, pa.Table.from_pandas(df, preserve_index=False))
+    try:
+        return typed(name, pa.Table.from_pandas(df, preserve_index=False))
+    except (OverflowError, pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        pass
+    problems = []
+    df = df.reset_index(drop=True).copy()
+    for col in df.columns:
+        try:
+            pa.array(df[col], from_pandas=True)
+        except (OverflowError, pa.ArrowInvalid, pa.ArrowTypeError,
+                pa.ArrowNotImplementedError) as exc:
+            df[col] = df[col].map(lambda v: None if v is None or v != v else str(v))
+            problems.append(f"{col}: stored as text ({str(exc).splitlines()[0][:80]})")
+    data, more = typed(name, pa.Table.from_pandas(df, preserve_index=False))
+    return data, problems + more
 
 
 def write_typed(name: str, df: pd.DataFrame, path: Path) -> list[str]:

@@ -161,3 +161,29 @@ def test_study_reports_every_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert [p.run_id for p in seen if p.event == "begin"] == fake.calls
     assert [p.text for p in seen if p.event == "end"] == ["complete", "failed"]
     assert len(api.load(tmp_path / "p2").runs) == 2
+
+
+def test_one_bundle_follows_the_folders_rules(out: Path, tmp_path: Path) -> None:
+    """api.load(RUN) types columns and names a broken run as api.load(DIR) does."""
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    d = tmp_path / "d"
+    shutil.copytree(out / TCP_RUN, d / TCP_RUN)
+    ts = d / TCP_RUN / "metrics" / "timeseries.parquet"
+    t = pq.read_table(ts)  # as an older writer stored it
+    pq.write_table(t.set_column(t.schema.get_field_index("bytes"), "bytes",
+                                t.column("bytes").cast(pa.float64())), ts)
+    from testbed.results.bundle import Bundle
+
+    b = Bundle(d / TCP_RUN)
+    meta = b.read_metadata()
+    meta["files"] = b.manifest()
+    b.write_metadata(meta)
+    assert str(api.load(d / TCP_RUN).timeseries["bytes"].dtype) == \
+        str(api.load(d).timeseries["bytes"].dtype) == "int64"
+    flows = d / TCP_RUN / "metrics" / "flows.parquet"
+    flows.write_bytes(flows.read_bytes()[:100])
+    assert api.load(d / TCP_RUN).warnings == api.load(d).warnings != ()

@@ -252,3 +252,15 @@ def test_large_numbers_keep_their_digits():
     assert _cell(1795848332.3046274) == "1795848332.305"
     assert _cell(13650000.0) == "13650000"
     assert _cell(0.123456789) == "0.123457" and _cell(float("nan")) == ""
+
+
+def test_a_crafted_huge_integer_in_metadata_is_queried_as_text(tmp_path, out):
+    import json
+
+    o = _copy(out, tmp_path)
+    meta_path = sorted(o.glob("*/metadata.json"))[0]
+    meta = json.loads(meta_path.read_text())
+    meta["params"]["x.huge"] = 2**64
+    meta_path.write_text(json.dumps(meta))
+    df = run_query(o, 'SELECT "x.huge" FROM runs WHERE "x.huge" IS NOT NULL')
+    assert df["x.huge"].tolist() == [str(2**64)]

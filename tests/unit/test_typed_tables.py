@@ -68,3 +68,12 @@ def test_every_declared_dtype_has_a_stored_type():
     for t in TABLES.values():
         for c in t.columns:
             assert arrow_type(c.dtype) is not None
+
+
+def test_an_integer_beyond_64_bits_is_text_not_a_crash():
+    # a crafted metadata.json's swept value: query, check and grade stopped on it
+    df = pd.DataFrame({"run_id": ["a", "b"], "x.huge": [2**64, 1], "flows": [2, None]})
+    data, problems = typed_frame("runs", df)
+    assert data.column("x.huge").to_pylist() == [str(2**64), "1"]
+    assert data.schema.field("flows").type == pa.int64()
+    assert [p.split(":")[0] for p in problems] == ["x.huge"]

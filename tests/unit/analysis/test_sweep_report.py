@@ -195,7 +195,10 @@ def test_a_sweep_report_reads_the_bundles_not_a_stale_summary(tmp_path: Path):
         (d / run / "metadata.json").write_text(json.dumps(meta))
     write_summary(d)
     s = pd.read_parquet(d / "summary.parquet")
-    s["throughput_bps_mean"] = 99e6  # edited after the runs
+    s.loc[0, "bytes"] += 20  # edited after the runs: a small change is a change
+    s.to_parquet(d / "summary.parquet")
+    assert report._stale(d / "summary.parquet", report.runs_frame(d))
+    s["throughput_bps_mean"] = 99e6
     s.to_parquet(d / "summary.parquet")
     warnings: list[str] = []
     report.write_report(d, out=tmp_path / "r.html", warnings=warnings)
