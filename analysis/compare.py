@@ -38,7 +38,8 @@ from analysis.evidence import FAILS, HOLDS, Estimate, difference
 from analysis.plots import value_label
 from testbed.core import safefiles
 from testbed.core.errors import InputError
-from testbed.results.bundle import COMPLETE, Bundle, bundles, check_format, not_bundles
+from testbed.results.bundle import COMPLETE, Bundle, check_format
+from testbed.results.folders import bundles_at, not_bundles
 from testbed.results.query import check_readable, stacked_table
 from testbed.results.summary import PROTECTED_COLUMNS, run_row
 from testbed.spec.sweep import value_name
@@ -166,17 +167,9 @@ def _bundles_of(path: Path) -> list[Bundle]:
     if not path.is_dir():
         raise InputError(f"{path}: not a folder; give a result folder (the --out DIR of "
                          "`testbed run`) or one run's bundle")
-    if safefiles.check(path, path / "metadata.json") is None:
-        return [Bundle(path)]
     check_readable(path)  # no bundles, or bundles this user may not read: one line
-    return bundles(path)
+    return bundles_at(path)
 
-
-def _not_read(path: Path) -> list[str]:
-    """The folders under a result folder that are not read as bundles (`not_bundles`)."""
-    if safefiles.check(path, path / "metadata.json") is None:
-        return []
-    return not_bundles(path)
 
 
 def load_runs(paths: Sequence[Path], warnings: list[str]) -> pd.DataFrame:
@@ -186,7 +179,7 @@ def load_runs(paths: Sequence[Path], warnings: list[str]) -> pd.DataFrame:
     rows: list[dict[str, Any]] = []
     for i, path in enumerate(map(Path, paths)):
         found = _bundles_of(path)
-        warnings += _not_read(path)
+        warnings += not_bundles(path)  # none for a run's own bundle
         left_out: dict[str, int] = {}
         for b in found:
             meta, why = b.load_metadata()

@@ -395,46 +395,10 @@ def bundles(out: Path) -> list[Bundle]:
     if not out.is_dir():
         return []
     return [Bundle(p) for p in sorted(out.iterdir())
-            if not p.name.startswith(("_", ".")) and _has_metadata(out, p.name)]
+            if not p.name.startswith(("_", ".")) and has_metadata(out, p.name)]
 
 
-def bundles_at(path: Path) -> list[Bundle]:
-    """The bundles a path names: itself, when it is one run's bundle (its metadata.json a
-    regular file), else `bundles` under it."""
-    path = Path(path)
-    if path.is_dir() and safefiles.check(path, path / "metadata.json") is None:
-        return [Bundle(path)]
-    return bundles(path)
-
-
-def not_bundles(out: Path) -> list[str]:
-    """Folders directly under DIR that look like bundles but are not read as such, each
-    with the reason (a linked folder, a metadata.json that is a link or no regular file):
-    a reader says so instead of leaving the run out silently."""
-    out = Path(out)
-    found: list[str] = []
-    if safefiles.check(out, out / "metadata.json") is None:
-        return found  # one run's bundle: its folders are its own
-    try:
-        entries = sorted(out.iterdir()) if out.is_dir() else []
-    except OSError:
-        return []
-    for p in entries:
-        if p.name.startswith(("_", ".")):
-            continue
-        if p.is_symlink():
-            if (p / "metadata.json").exists():
-                found.append(f"{p}: a symbolic link to a folder (not followed); not read")
-            continue
-        if not p.is_dir() or not os.path.lexists(p / "metadata.json"):
-            continue
-        if not _has_metadata(out, p.name):
-            why = safefiles.check(out, p / "metadata.json")
-            found.append(f"{p}: metadata.json is {why}; not read as a run")
-    return found
-
-
-def _has_metadata(out: Path, name: str) -> bool:
+def has_metadata(out: Path, name: str) -> bool:
     """Whether out/name is a real folder (no symbolic link) holding a metadata.json that is
     a regular file (no link, FIFO ...); a folder this user may not enter counts (its status
     is then ``unreadable``)."""

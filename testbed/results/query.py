@@ -29,9 +29,8 @@ from testbed.results.bundle import (
     COMPLETE,
     METRIC_TABLES,
     UNREADABLE,
-    bundles_at,
-    not_bundles,
 )
+from testbed.results.folders import bundles_at, not_bundles
 from testbed.results.summary import runs_frame
 from testbed.results.typed import typed, typed_frame
 

@@ -13,8 +13,9 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from testbed.results.bundle import Bundle, bundles_at
+from testbed.results.bundle import Bundle
 from testbed.results.columns import FLT, INT, table
+from testbed.results.folders import bundles_at
 
 if TYPE_CHECKING:
     import pandas as pd
