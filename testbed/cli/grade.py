@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from testbed.cli.common import guarded, hand_over_on_exit
 from testbed.core.errors import InputError, TestbedError
+
+if TYPE_CHECKING:
+    from testbed.grade.verify import RunCheck
 
 _ASSIGNMENT = typer.Option("--assignment", "-a", metavar="NAME",
                            help="An assignment of experiments/assignments, or its folder.")
@@ -69,8 +72,10 @@ def check_cmd(assignment: str, bundle: Path) -> int:
     return 0 if all(r.passed for r in res.results) else 1
 
 
-def verify_cmd(bundle: Path, assignment: str | None) -> int:
-    """Re-analyse and compare; exit 0 when everything matches, else 1."""
+def verify_cmd(bundle: Path, assignment: str | None, update: bool = False) -> int:
+    """Re-analyse and compare; exit 0 when everything matches, else 1.  update: analyse
+    again in place the runs whose stored metrics differ (`testbed.run.reanalyse`); exit 0
+    when that leaves nothing flagged."""
     import tempfile
 
     from testbed.grade.rubric import load_assignment
@@ -79,6 +84,9 @@ def verify_cmd(bundle: Path, assignment: str | None) -> int:
     a = load_assignment(assignment) if assignment else None
     if not Path(bundle).exists():
         raise InputError(f"{bundle}: no such folder; give a run's bundle or a results folder")
+    if update and not Path(bundle).is_dir():
+        raise InputError(f"{bundle}: --update writes into a folder; give the folder (a run's "
+                         "bundle or a results folder), not an archive")
     with tempfile.TemporaryDirectory(prefix="testbed-verify-") as tmp:
         found = _taken_in(bundle, Path(tmp))
         try:
@@ -90,7 +98,34 @@ def verify_cmd(bundle: Path, assignment: str | None) -> int:
         typer.echo(f"{run.run_id}: ok" if not lines else "\n".join(lines))
     if not ver.runs:
         raise InputError(f"{bundle}: no result bundles (no <run-id>/metadata.json) here")
-    return 0 if ver.ok else 1
+    if not update:
+        return 0 if ver.ok else 1
+    return _update(Path(bundle), found, ver.runs)
+
+
+def _update(given: Path, found: Path, runs: list[RunCheck]) -> int:
+    """`verify --update`: the stale runs of given analysed again where they are."""
+    from testbed.core import safefiles
+    from testbed.run.execute import analyze_run
+    from testbed.run.reanalyse import reanalyse
+
+    todo, refused = [], []
+    for run in runs:
+        if not run.differs:
+            continue
+        target = given / Path(run.source).relative_to(found)
+        why = safefiles.check(given, target, "dir") if target != given else None
+        if why is not None:
+            refused.append(f"{run.run_id}: not updated: {target} is {why}")
+        else:
+            todo.append((target, run.differs))
+    done = reanalyse(todo, analyze_run)
+    for line in refused + [line for line, _ok in done]:
+        typer.echo(line)
+    left = [r for r in runs if r.manifest or r.spec_problems] + refused \
+        + [line for line, ok in done if not ok]
+    typer.echo(f"updated {sum(ok for _line, ok in done)} of {len(runs)} run(s)")
+    return 1 if left else 0
 
 
 def register(app: typer.Typer) -> None:
@@ -142,11 +177,18 @@ def register(app: typer.Typer) -> None:
         raise typer.Exit(guarded(go))
 
     @app.command()
-    def verify(bundle: Annotated[Path, typer.Argument(
+    def verify(ctx: typer.Context,
+               bundle: Annotated[Path, typer.Argument(
                    metavar="BUNDLE", help="A run's bundle or a results folder.")],
                assignment: Annotated[str | None, typer.Option(
                    "--assignment", "-a", metavar="NAME",
                    help="Also check the specs against this assignment's fixed parts.")]
-               = None) -> None:
+               = None,
+               update: Annotated[bool, typer.Option(
+                   "--update", help="Analyse again, in place, each run whose stored metrics "
+                   "differ and whose files match its sha256 manifest (metrics/, its "
+                   "headline, the folder's summary.parquet).")] = False) -> None:
         """Recompute the metrics from the captures and compare them with the stored ones."""
-        raise typer.Exit(guarded(lambda: verify_cmd(bundle, assignment)))
+        if update:
+            hand_over_on_exit(ctx, bundle)
+        raise typer.Exit(guarded(lambda: verify_cmd(bundle, assignment, update)))

@@ -45,6 +45,7 @@ class RunCheck:
     differs: list[str] = field(default_factory=list)  # stored tables unlike the recomputed
     spec_problems: list[str] = field(default_factory=list)
     manifest: list[str] = field(default_factory=list)  # what manifest.sha256 does not match
+    source: Path | None = None  # the bundle that was re-analysed (before its copy)
 
     @property
     def flagged(self) -> bool:
@@ -165,7 +166,7 @@ def rebuild_one(src: Path, dest: Path) -> RunCheck:
     """Copy one bundle to dest, re-analyse it there, compare with src's stored metrics."""
     from analysis.bundle import analyze_bundle
 
-    check = RunCheck(dest.name, manifest=Bundle(src).check_sha256_manifest())
+    check = RunCheck(dest.name, manifest=Bundle(src).check_sha256_manifest(), source=src)
     _copy_bundle(src, dest)
     try:
         head = analyze_bundle(dest)

@@ -1,0 +1,125 @@
+"""`testbed verify DIR --update`: a run whose stored metrics an older analysis made is
+analysed again in place from its own captures; a run whose files are unlike its sha256
+manifest, or that is not a folder, is left as it was."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from realruns import MPTCP_RUN, TCP_RUN, analysed_copy
+
+from testbed.results.bundle import Bundle
+from testbed.results.summary import take_analysis, write_summary
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _testbed(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "testbed.cli", *args], capture_output=True,
+                          text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          timeout=600)
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Both runs analysed as a run's end does, in a sweep folder with its summary."""
+    from testbed.run.execute import analyze_run
+
+    out = analysed_copy(tmp_path_factory.mktemp("sweep"))
+    for name in (MPTCP_RUN, TCP_RUN):
+        bundle = Bundle(out / name)
+        meta, _why = bundle.load_metadata()
+        assert meta is not None
+        take_analysis(meta, analyze_run(bundle.root))
+        bundle.write_sha256_manifest()
+        meta["files"] = bundle.manifest()
+        bundle.write_metadata(meta)
+    write_summary(out)
+    return out
+
+
+def _stale(run: Path) -> pd.DataFrame:
+    """Make run's stored flows and headline look as an older analysis left them; return
+    the flows as they were."""
+    flows = pd.read_parquet(run / "metrics" / "flows.parquet")
+    old = flows.copy()
+    old["retransmissions"] = old["retransmissions"] * 2
+    old.to_parquet(run / "metrics" / "flows.parquet")
+    bundle = Bundle(run)
+    meta, _why = bundle.load_metadata()
+    assert meta is not None
+    meta["headline"]["retransmissions"] = 12345
+    meta["files"] = bundle.manifest()
+    bundle.write_metadata(meta)
+    return flows
+
+
+def test_update_makes_stale_metrics_again_and_rewrites_the_summary(
+        sweep: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "results"
+    shutil.copytree(sweep, folder)
+    want = _stale(folder / MPTCP_RUN)
+    write_summary(folder)  # the summary as the stale run said
+    capture = next((folder / MPTCP_RUN / "pcap").iterdir())
+    before = capture.stat().st_mtime_ns
+
+    res = _testbed("verify", str(folder))
+    assert res.returncode == 1 and "stored metrics differ" in res.stdout, res.stdout
+
+    res = _testbed("verify", "--update", str(folder))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"{MPTCP_RUN}: updated (flows, headline made again from its captures)" \
+        in res.stdout, res.stdout
+    assert res.stdout.strip().endswith("updated 1 of 2 run(s)")
+    got = pd.read_parquet(folder / MPTCP_RUN / "metrics" / "flows.parquet")
+    pd.testing.assert_frame_equal(got, want)
+    meta = json.loads((folder / MPTCP_RUN / "metadata.json").read_text())
+    assert meta["headline"]["retransmissions"] != 12345
+    assert meta["reanalysed"]["differed"] == ["flows", "headline"]
+    assert Bundle(folder / MPTCP_RUN).status() == "complete"
+    assert Bundle(folder / MPTCP_RUN).check_sha256_manifest() == []
+    assert capture.stat().st_mtime_ns == before  # the captures are only read
+    summary = pd.read_parquet(folder / "summary.parquet").set_index("run_id")
+    assert summary.loc[MPTCP_RUN, "retransmissions"] == meta["headline"]["retransmissions"]
+    # the other run was not touched, and now everything verifies
+    assert "reanalysed" not in json.loads((folder / TCP_RUN / "metadata.json").read_text())
+    res = _testbed("verify", str(folder))
+    assert res.returncode == 0, res.stdout
+
+
+def test_a_run_unlike_its_manifest_is_not_updated(sweep: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "results"
+    shutil.copytree(sweep, folder)
+    run = folder / TCP_RUN
+    _stale(run)
+    spec = run / "spec.toml"
+    spec.write_text(spec.read_text() + "\n# edited after the run\n")
+    stored = (run / "metrics" / "flows.parquet").read_bytes()
+    meta = json.loads((run / "metadata.json").read_text())
+    meta["files"] = Bundle(run).manifest()  # sizes as they are now: the run reads complete
+    Bundle(run).write_metadata(meta)
+
+    res = _testbed("verify", "--update", str(run))
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert f"{TCP_RUN}: not updated: its files are unlike its sha256 manifest " \
+        "(spec.toml: changed since the run recorded it)" in res.stdout, res.stdout
+    assert (run / "metrics" / "flows.parquet").read_bytes() == stored
+    assert "reanalysed" not in json.loads((run / "metadata.json").read_text())
+
+
+def test_update_refuses_an_archive(sweep: Path, tmp_path: Path) -> None:
+    archive = tmp_path / "run.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(sweep / TCP_RUN, arcname=TCP_RUN)
+    res = _testbed("verify", "--update", str(archive))
+    assert res.returncode == 2
+    assert res.stderr.strip() == f"error: {archive}: --update writes into a folder; give " \
+        "the folder (a run's bundle or a results folder), not an archive", res.stderr
