@@ -189,6 +189,11 @@ def register(app: typer.Typer) -> None:
                    "differ and whose files match its sha256 manifest (metrics/, its "
                    "headline, the folder's summary.parquet).")] = False) -> None:
         """Recompute the metrics from the captures and compare them with the stored ones."""
-        if update:
-            hand_over_on_exit(ctx, bundle)
+        if update:  # under sudo: what it writes is the user's, the sweep's lock too
+            from testbed.results.bundle import LOCK
+
+            mine = [bundle]
+            if (bundle / "metadata.json").is_file():  # a run: its sweep's summary and lock
+                mine += [bundle.parent / "summary.parquet", bundle.parent / LOCK]
+            hand_over_on_exit(ctx, *mine)
         raise typer.Exit(guarded(lambda: verify_cmd(bundle, assignment, update)))
