@@ -67,11 +67,21 @@ def busiest_fractions(samples: Sequence[Sequence[tuple[int, int]]]) -> list[floa
     limits it while the machine as a whole looks half idle)."""
     out = []
     for a, b in itertools.pairwise(samples):
-        shares = [(b1 - b0) / (n1 - n0) for (b0, n0), (b1, n1) in zip(a, b, strict=False)
-                  if n1 > n0]
+        shares = [s for (b0, n0), (b1, n1) in zip(a, b, strict=False)
+                  if (s := _share(b0, n0, b1, n1)) is not None]
         if shares:
             out.append(max(shares))
     return out
+
+
+def _share(b0: int, n0: int, b1: int, n1: int) -> float | None:
+    """Busy share between two (busy, total) readings of one CPU or all; None when the
+    interval cannot be read: no time passed, or a counter went backwards (the kernel's
+    idle and iowait counts of an idle NOHZ CPU can step back, which would make the share
+    exceed 1 or fall below 0)."""
+    if n1 <= n0 or b1 < b0 or n1 - b1 < n0 - b0:
+        return None
+    return (b1 - b0) / (n1 - n0)
 
 
 def parse_softnet(text: str) -> dict[str, int]:
@@ -104,11 +114,8 @@ def parse_dpctl_lost(text: str) -> int | None:
 
 def busy_fractions(samples: Sequence[tuple[float, int, int]]) -> list[float]:
     """Busy share of each interval between consecutive (t, busy, total) samples."""
-    out = []
-    for (_t0, b0, n0), (_t1, b1, n1) in itertools.pairwise(samples):
-        if n1 > n0:
-            out.append((b1 - b0) / (n1 - n0))
-    return out
+    return [s for (_t0, b0, n0), (_t1, b1, n1) in itertools.pairwise(samples)
+            if (s := _share(b0, n0, b1, n1)) is not None]
 
 
 def peak_rate_bps(samples: Sequence[tuple[float, int]], window_s: float = RATE_WINDOW_S

@@ -6,6 +6,7 @@ from testbed.net.monitor import (
     LinkCounter,
     Monitor,
     busiest_fractions,
+    busy_fractions,
     parse_dpctl_lost,
     parse_proc_stat,
     parse_proc_stat_cpus,
@@ -28,6 +29,18 @@ def test_busiest_cpu_is_what_saturates():
     assert parse_proc_stat_cpus(text) == [(10, 10), (0, 10)]
     later = [(20, 20), (0, 20)]  # cpu0 fully busy, cpu1 idle: the machine is 50 % busy
     assert busiest_fractions([parse_proc_stat_cpus(text), later]) == [1.0]
+
+
+def test_a_counter_going_backwards_gives_no_share_for_that_interval():
+    """An idle NOHZ CPU's idle count can step back between two reads: that interval of
+    that CPU is left out instead of reading as more than 100 % (or below 0 %) busy."""
+    # cpu0's idle went back by 5 jiffies while busy rose by 10: (10) / (10 - 5) = 2.0
+    first, second = [(100, 200), (50, 200)], [(110, 205), (60, 220)]
+    assert busiest_fractions([first, second]) == [0.5]  # cpu1 only: 10 busy of 20
+    assert busiest_fractions([first, [(110, 205), (40, 230)]]) == []  # busy went back too
+    assert busy_fractions([(0.0, 100, 200), (0.5, 110, 205), (1.0, 120, 225)]) == [0.5]
+    for samples in ([(0.0, 0, 10), (0.5, 5, 20)], [(0.0, 0, 10), (0.5, 10, 10)]):
+        assert all(0 <= s <= 1 for s in busy_fractions(samples))
 
 
 def test_dpctl_and_qdisc_counters():
