@@ -20,7 +20,7 @@ _ASSIGNMENT = typer.Option("--assignment", "-a", metavar="NAME",
 
 
 def _taken_in(path: Path, tmp: Path) -> Path:
-    from testbed.grade.intake import Entry, take_in
+    from testbed.grade.intake import Entry, IntakeError, take_in
 
     # under its own name: a single bundle given is found as itself, and its folder's name
     # is the run id every line is about
@@ -30,7 +30,14 @@ def _taken_in(path: Path, tmp: Path) -> Path:
             name = name[:-len(suffix)]
             break
     name = name or "in"
-    return take_in(Entry("bundle", path), tmp / "in" / name)
+    try:
+        return take_in(Entry("bundle", path), tmp / "in" / name)
+    except IntakeError as exc:  # named inside what was given: name what was given too
+        text = str(exc)
+        given = str(path)
+        if text.startswith(f"{Path(path).name}:"):
+            raise IntakeError(given + text[len(Path(path).name):]) from None
+        raise IntakeError(f"{given}: {text}") from None
 
 
 def _named_as_given(exc: TestbedError, copy: Path, given: Path) -> TestbedError:

@@ -123,3 +123,21 @@ def test_update_refuses_an_archive(sweep: Path, tmp_path: Path) -> None:
     assert res.returncode == 2
     assert res.stderr.strip() == f"error: {archive}: --update writes into a folder; give " \
         "the folder (a run's bundle or a results folder), not an archive", res.stderr
+
+
+def test_what_intake_refuses_is_named_by_the_path_given(tmp_path: Path) -> None:
+    """verify and check name a refused link inside the folder given, and a file that is
+    no folder, by the path the user typed (they named a member or a bare file name)."""
+    folder = tmp_path / "mine"
+    (folder / "run").mkdir(parents=True)
+    (folder / "run" / "spec.toml").symlink_to("/etc/hostname")
+    for cmd in (["verify"], ["check", "--assignment", "p2_cc"]):
+        res = _testbed(*cmd, str(folder))
+        assert res.returncode == 2
+        assert res.stderr.strip() == f"error: {folder}: run/spec.toml: a symbolic link " \
+            "(refused)", res.stderr
+    plain = tmp_path / "notes.txt"
+    plain.write_text("x")
+    res = _testbed("verify", str(plain))
+    assert res.returncode == 2
+    assert res.stderr.strip() == f"error: {plain}: not a folder, .zip or .tar.gz", res.stderr
