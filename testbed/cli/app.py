@@ -127,15 +127,15 @@ def study(ctx: typer.Context,
             path = guarded(lambda d=d, target=target: st.write_study_report(d, target))
             typer.echo(f"report: {path}")
         raise typer.Exit(0)
+    from testbed.spec.sweep import override_labels
+
     overrides = list(set_ or [])
-    for d in directories:
-        guarded(lambda d=d: st.study_specs(d, variant))
+    # every spec valid, with the overrides, before anything else is said or started
+    planned = [guarded(lambda d=d: st.plan_study(d, variant, only, overrides))
+               for d in directories]
     if dry_run:
         from testbed.cli.run import dry_run_kernel, print_dry_run
-        from testbed.spec.sweep import override_labels
 
-        planned = [guarded(lambda d=d: st.plan_study(d, variant, only, overrides))
-                   for d in directories]  # every spec valid before anything else is said
         kernel = guarded(lambda: dry_run_kernel(no_vm or st.native_ok(passive=True)))
         labels = override_labels(overrides)
         for d, target, study_plans in zip(directories, targets, planned, strict=True):
@@ -146,6 +146,11 @@ def study(ctx: typer.Context,
         raise typer.Exit(0)
     remote = guarded(lambda: run_cli.make_executor(executor, address, retries))
     if remote is None and not no_vm and not guarded(st.native_ok):
+        from testbed.run.preflight import check_before_vm
+
+        # what the VM kernel lacks is refused before it boots
+        guarded(lambda: check_before_vm([p for sp in planned for ps in sp.values() for p in ps],
+                                        override_labels(overrides)))
         typer.echo("this machine cannot run experiments natively (see `testbed doctor`); "
                    "running the studies inside `testbed vm`, then writing the reports here",
                    err=True)

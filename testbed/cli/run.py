@@ -127,6 +127,12 @@ def run_command(
         raise typer.Exit(_run_sweep(plans, out_dir, fail_fast, spec, overrides,
                                     fresh_networks, remote))
     if not no_vm and not _native_ok():
+        from testbed.run.preflight import check_before_vm
+
+        try:  # what the VM kernel lacks is refused before it boots
+            check_before_vm(plans, override_labels(overrides))
+        except TestbedError as exc:
+            raise _fail(exc) from None
         argv = _self_argv(spec, out_dir, overrides, fail_fast, fresh_networks)
         typer.echo("this machine cannot run experiments natively (see `testbed doctor`); "
                    "re-running inside `testbed vm`", err=True)

@@ -194,3 +194,15 @@ def kernel_target(in_vm: bool, live: Callable[[], KernelFacts] | None = None,
     when = f" {facts.recorded}" if facts.recorded else ""
     return KernelTarget(facts, f"kernel check: the VM kernel {release}, recorded{when} in "
                                f"{record_path(release)} (the runs would go to `testbed vm`)")
+
+
+def check_before_vm(plans: Sequence[RunPlan], labels: Mapping[str, str] | None = None,
+                    target: KernelTarget | None = None) -> None:
+    """Before runs are handed to ``testbed vm``: raise `UnsupportedError` when the VM
+    kernel's record (`kernel_target`) lacks a congestion control or scheduler the plans
+    name, so that a typo such as ``--set transport.cc=cubc`` is refused here at once, not
+    after a boot of a minute or more under software emulation.  Without a record nothing
+    is checked here: the run inside the VM checks its live kernel as always."""
+    target = target or kernel_target(in_vm=True)
+    if target.facts is not None:
+        check_plans(plans, target.facts, labels)

@@ -123,6 +123,7 @@ def test_interrupt_exits_130_and_says_how_to_resume(spec, tmp_path, monkeypatch)
 def test_reexecutes_in_the_vm_when_native_runs_are_impossible(spec, tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(runcli, "_native_ok", lambda passive=False: False)
+    _vm_kernel(monkeypatch, "reno", "cubic")
     outs = []
     monkeypatch.setattr("testbed.machine.vm.run_in_vm",
                         lambda argv, outputs: calls.append(argv) or outs.append(outputs) or 0)
@@ -136,6 +137,42 @@ def test_reexecutes_in_the_vm_when_native_runs_are_impossible(spec, tmp_path, mo
     assert argv[argv.index("run"):] == [
         "run", str(spec.resolve()), "--out", str((tmp_path / "o").resolve()), "--no-vm",
         "--set", "duration=6s", "--fail-fast", "--fresh-networks"]
+
+
+def _vm_kernel(monkeypatch, *ccs: str) -> None:
+    """The VM kernel's record offers ccs (none given: there is no record)."""
+    from testbed.machine.kernel import KernelFacts
+    from testbed.run.preflight import KernelTarget
+
+    facts = KernelFacts("6.1.0-56-amd64", tuple(ccs)) if ccs else None
+    monkeypatch.setattr("testbed.run.preflight.kernel_target",
+                        lambda in_vm: KernelTarget(facts, "kernel check: test"))
+
+
+@pytest.mark.parametrize("command", ["run", "study"])
+def test_a_cc_the_vm_kernel_lacks_is_refused_before_it_boots(spec, tmp_path, monkeypatch,
+                                                             command):
+    """`--set transport.cc=cubc` used to boot the VM (a minute or more under emulation)
+    and fail inside it; the VM kernel's record now refuses it here, and no record means
+    the VM checks as before."""
+    from testbed.run import study as st
+
+    booted = []
+    monkeypatch.setattr(runcli, "_native_ok", lambda passive=False: False)
+    monkeypatch.setattr(st, "native_ok", lambda passive=False: False)
+    monkeypatch.setattr("testbed.machine.vm.run_in_vm",
+                        lambda argv, **kw: booted.append(argv) or 0)
+    _vm_kernel(monkeypatch, "reno", "cubic")
+    what = [str(spec)] if command == "run" else ["experiments/p2_three_paths"]
+    argv = [command, *what, "--out", str(tmp_path / "o"), "--set", "transport.cc=cubc"]
+    res = CliRunner().invoke(app, argv)
+    assert res.exit_code == 2, res.output
+    assert res.stderr.strip() == "error: --set transport.cc: congestion control 'cubc' " \
+        "is not available on kernel 6.1.0-56-amd64; it offers: reno cubic", res.stderr
+    assert booted == []
+    _vm_kernel(monkeypatch)  # no record: the VM boots and checks its kernel itself
+    res = CliRunner().invoke(app, argv)
+    assert len(booted) == 1, res.output
 
 
 def test_no_vm_never_asks_doctor(spec, tmp_path, monkeypatch):
