@@ -93,13 +93,18 @@ def shell_lines(entry: TranscriptEntry) -> list[str]:
     comment = "" if entry.where == "root" else "# "
     prefix = "" if entry.where == "root" else f"# in {entry.where}: "
     suffix = " &" if entry.kind == "spawn" else ""
+    command = shlex.join(entry.argv)
+    if comment:  # an argument's newline (inside its quotes) must not end the comment
+        command = command.replace("\n", "\n" + comment)
     if entry.input is None:
-        return [prefix + shlex.join(entry.argv) + suffix]
-    body = entry.input.splitlines()
+        return [prefix + command + suffix]
+    body = entry.input.split("\n")
+    if body and body[-1] == "":
+        body.pop()
     tag = "EOF"
     while tag in body:
         tag += "_"
-    return [f"{prefix}{shlex.join(entry.argv)} <<'{tag}'{suffix}",
+    return [f"{prefix}{command} <<'{tag}'{suffix}",
             *(comment + line for line in body), comment + tag]
 
 

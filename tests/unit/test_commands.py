@@ -210,6 +210,27 @@ def test_as_shell_shows_input_as_a_here_document() -> None:
         "# in h1: mnexec -a 7 tc -force -batch - <<'EOF'", "# qdisc show", "# EOF"]
 
 
+def test_an_argument_with_a_newline_cannot_end_a_comment(tmp_path) -> None:
+    """A command in a host is a comment in commands.sh: an argument holding a newline
+    (a crafted spec's value) used to end that comment and leave its rest as a command."""
+    import subprocess
+
+    from testbed.core.transcript import Transcript, TranscriptEntry
+
+    t = Transcript()
+    evil = "net.ipv4.tcp_sack=1\necho INJECTED #"
+    t.add(TranscriptEntry(0.0, ["mnexec", "-a", "7", "sysctl", "-w", evil], "client", 0, 0.0))
+    t.add(TranscriptEntry(0.0, ["mnexec", "-a", "7", "nft", "-f", "-"], "client", 0, 0.0,
+                          input="table x\necho INPUT\n"))
+    t.add(TranscriptEntry(0.0, ["echo", "x\necho ROOT"], "root", 0, 0.0))
+    script = tmp_path / "commands.sh"
+    script.write_text(t.as_shell())
+    lines = script.read_text().splitlines()
+    assert [line for line in lines if not line.startswith("#")] == ["echo 'x", "echo ROOT'"]
+    out = subprocess.run(["sh", str(script)], capture_output=True, text=True, check=True)
+    assert out.stdout == "x\necho ROOT\n"  # the root command's argument, printed whole
+
+
 def test_run_records_its_input(tmp_path) -> None:
     runner = CommandRunner()
     runner.run(["cat"], input="hello\n")

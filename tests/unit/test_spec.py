@@ -166,7 +166,8 @@ def test_out_of_range_values_are_refused_at_load_time(where, value):
 
 
 @pytest.mark.parametrize("key", ["net.ipv4/../../kernel/core_pattern", "net..x",
-                                 "kernel.core_pattern", "net.ipv4.", "net/../kernel.x"])
+                                 "kernel.core_pattern", "net.ipv4.", "net/../kernel.x",
+                                 "net.ipv4.tcp_sack\n"])
 def test_sysctl_keys_outside_net_are_refused_at_load_time(key):
     data = {
         "name": "x", "duration": "10s",
@@ -176,6 +177,21 @@ def test_sysctl_keys_outside_net_are_refused_at_load_time(key):
     }
     with pytest.raises(SpecError, match=r"transport\.sysctl"):
         validate_spec(data, "s.toml")
+
+
+@pytest.mark.parametrize("value", ["1\necho INJECTED #", "1\r", "1\x00", "\x1b[2J"])
+def test_a_sysctl_value_with_a_control_character_is_refused(value):
+    data = {
+        "name": "x", "duration": "10s",
+        "topology": {"kind": "multipath", "paths": [{"name": "a", "bw": "10Mbit"}]},
+        "transport": {"sysctl": {"net.ipv4.tcp_sack": value,
+                                 "net.ipv4.tcp_rmem": "4096\t131072\t6291456"}},
+        "workload": [{"kind": "bulk", "src": "client", "dst": "server", "size": "1MB"}],
+    }
+    with pytest.raises(SpecError, match=r"transport\.sysctl.*control character"):
+        validate_spec(data, "s.toml")
+    data["transport"]["sysctl"].pop("net.ipv4.tcp_sack")
+    validate_spec(data, "s.toml")  # tabs between fields, as sysctl prints them: fine
 
 
 def test_bounds_and_sysctl_problems_are_listed_with_the_others():
