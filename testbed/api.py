@@ -285,13 +285,14 @@ def run(spec: str | Path, out: str | Path | None = None, overrides: Sequence[str
 
     from testbed.core.ownership import hand_over
     from testbed.run.execute import execute_run
-    from testbed.run.preflight import check_kernel_support
+    from testbed.run.preflight import check_kernel_support, check_networks
     from testbed.run.recovery import recover_bundle
     from testbed.run.reuse import NetworkKeeper
     from testbed.run.sweep import NoProgress, run_sweep
     from testbed.spec.sweep import override_labels, plan_runs
 
     plans = plan_runs(Path(spec), list(overrides))
+    check_networks(plans, str(spec))  # every point's network, before anything runs
     target = Path(out) if out is not None else Path("results") / plans[0].spec.name
     check_kernel_support(plans, labels=override_labels(list(overrides)))
     extra = {"command": f"testbed.api.run({str(spec)!r})", "spec_file": str(spec)}

@@ -102,11 +102,13 @@ def run_command(
     retries: RetriesOpt = 2,
 ) -> None:
     """Run an experiment spec (its sweep and repetitions) into result bundles."""
+    from testbed.run.preflight import check_networks
     from testbed.spec.sweep import override_labels, plan_runs
 
     overrides = list(set_ or [])
     try:
         plans = plan_runs(spec, overrides)
+        check_networks(plans, str(spec))  # every point's network, before anything runs
         remote = None if dry_run else make_executor(executor, address, retries)
     except TestbedError as exc:
         raise _fail(exc) from None

@@ -206,3 +206,33 @@ def check_before_vm(plans: Sequence[RunPlan], labels: Mapping[str, str] | None =
     target = target or kernel_target(in_vm=True)
     if target.facts is not None:
         check_plans(plans, target.facts, labels)
+
+
+def check_networks(plans: Sequence[RunPlan], source: str = "") -> None:
+    """Plan every distinct sweep point's network (`testbed.plan.netplan.plan_network`)
+    before anything runs, so that a point naming a link, interface or host its topology
+    lacks is refused at once rather than when its run comes (after the runs before it).
+
+    plans: the runs of one spec (repetitions of a point share its spec: planned once);
+    source: the spec file, named in the message.  Raises `SpecError` naming the file,
+    the key and the swept values of the first point that cannot be planned.
+    """
+    from testbed.core.errors import SpecError
+    from testbed.plan.netplan import plan_network
+    from testbed.spec.sweep import point_text
+
+    seen: set[str] = set()
+    for plan in plans:
+        key = plan.spec.model_dump_json()
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            plan_network(plan)
+        except InputError as exc:
+            where = point_text(plan.params)
+            lines = [f"{source}: {line}" if source and not line.startswith(source) else line
+                     for line in str(exc).splitlines()]
+            if where:
+                lines = [f"{line} (in the sweep point {where})" for line in lines]
+            raise SpecError("\n".join(lines)) from None

@@ -83,7 +83,12 @@ def plan_study(study: Path, variant: str, only: list[str] | None = None,
             raise InputError(f"--only {', '.join(unknown)}: not a spec of {study}/{variant} "
                              f"(have {', '.join(s.stem for s in specs)})")
         specs = [s for s in specs if s.stem in only]
-    return {spec: plan_runs(spec, overrides or []) for spec in specs}
+    from testbed.run.preflight import check_networks
+
+    planned = {spec: plan_runs(spec, overrides or []) for spec in specs}
+    for spec, plans in planned.items():  # every point's network, before anything runs
+        check_networks(plans, str(spec))
+    return planned
 
 
 def run_study(study: Path, variant: str = "quick", out: Path | None = None,

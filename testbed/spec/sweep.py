@@ -59,6 +59,17 @@ def value_name(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
+def point_text(params: dict[str, Any]) -> str:
+    """A sweep point in one line for messages: ``transport.cc = "lia", capture.interfaces
+    = ["client-eth7"]`` (a list or table by its names or as JSON, cut at 60 characters)."""
+    def one(value: Any) -> str:
+        if value is None or isinstance(value, (str, bool, int, float)):
+            return show_value(value)
+        text = value_name(value)
+        return text if len(text) <= 60 else text[:57] + "..."
+    return ", ".join(f"{k} = {one(v)}" for k, v in params.items())
+
+
 def parse_key_path(text: str, where: str) -> KeyPath:
     """Split ``"topology.paths.1.bw"`` / ``"topology.paths[1].bw"`` into keys and indices.
 
@@ -273,7 +284,7 @@ def expand(data: dict[str, Any], source: str = "spec",
         except SpecError as exc:
             if not params:
                 raise
-            where = ", ".join(f"{k} = {show_value(v)}" for k, v in params.items())
+            where = point_text(params)
             raise SpecError("\n".join(f"{line} (in the sweep point {where})"
                                       for line in str(exc).splitlines())) from None
         points.append((params, exp))

@@ -190,3 +190,22 @@ def test_default_out_dir_is_results_name(spec, tmp_path, monkeypatch, native):
                                    "--set", "transport.cc=reno"])
     assert res.exit_code == 0, res.stderr
     assert len(list((tmp_path / "results" / "cli").glob("cli-*-r1"))) == 1
+
+
+def test_every_sweep_point_is_planned_before_the_first_run(tmp_path, native):
+    """A later sweep point naming a link or interface its topology lacks used to pass
+    the dry run and fail only when its run came, after the runs before it; now the
+    whole sweep is refused first, naming the file, the key and the point."""
+    data = copy.deepcopy(SPEC)
+    data["capture"] = {"interfaces": ["client-eth0"]}
+    data["sweep"] = {"capture.interfaces": [["client-eth0"], ["client-eth7"]]}
+    path = tmp_path / "points.toml"
+    path.write_text(tomli_w.dumps(data))
+    want = [f"error: {path}: capture.interfaces: 'client-eth7' is not an interface of the "
+            "captured hosts (client, server) (in the sweep point capture.interfaces = "
+            '["client-eth7"])']
+    for extra in (["--dry-run"], []):
+        res = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "o"), *extra])
+        assert res.exit_code == 2, res.output
+        assert res.stderr.strip().splitlines() == want
+    assert native.calls == []  # no run started
