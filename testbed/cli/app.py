@@ -116,6 +116,11 @@ def study(ctx: typer.Context,
     from testbed.run import study as st
 
     targets = st.study_outputs(directories, variant, out)
+    for target in targets:
+        if target.exists() and not target.is_dir():
+            typer.echo(f"error: --out {target}: a file, not a folder; give a folder",
+                       err=True)
+            raise typer.Exit(2)
     if not dry_run:
         hand_over_on_exit(ctx, *targets)  # under sudo: the results are the user's
     if only and len(directories) > 1:
@@ -133,6 +138,7 @@ def study(ctx: typer.Context,
     # every spec valid, with the overrides, before anything else is said or started
     planned = [guarded(lambda d=d: st.plan_study(d, variant, only, overrides))
                for d in directories]
+    guarded(lambda: run_cli.check_executor(executor, address, retries))
     if dry_run:
         from testbed.cli.run import dry_run_kernel, print_dry_run
 

@@ -48,12 +48,7 @@ RetriesOpt = Annotated[int, typer.Option(
 def make_executor(executor: str, address: str | None, retries: int) -> Executor | None:
     """The sweep's `Executor` for ``--executor`` (None: local, the default loop); raises
     `InputError` for an unknown executor and `MissingFeatureError` without Ray."""
-    if executor not in EXECUTORS:
-        raise InputError(f"--executor {executor!r}: use one of {', '.join(EXECUTORS)}")
-    if address is not None and executor != "ray":
-        raise InputError("--address names a Ray cluster; use it with --executor ray")
-    if retries < 0:
-        raise InputError(f"--retries {retries}: use 0 or more")
+    check_executor(executor, address, retries)
     if executor == "local":
         return None
     from testbed.run.cluster.executor import RayExecutor, import_ray
@@ -62,6 +57,17 @@ def make_executor(executor: str, address: str | None, retries: int) -> Executor 
     ex = RayExecutor(address=address, retries=retries)
     ex.join()  # ... and that its cluster answers and can run runs, before any folder is made
     return ex
+
+
+def check_executor(executor: str, address: str | None, retries: int) -> None:
+    """Raise `InputError` for executor options a run refuses (a dry run checks them too,
+    without connecting to anything)."""
+    if executor not in EXECUTORS:
+        raise InputError(f"--executor {executor!r}: use one of {', '.join(EXECUTORS)}")
+    if address is not None and executor != "ray":
+        raise InputError("--address names a Ray cluster; use it with --executor ray")
+    if retries < 0:
+        raise InputError(f"--retries {retries}: use 0 or more")
 
 
 def register(app: typer.Typer) -> None:
@@ -109,10 +115,14 @@ def run_command(
     try:
         plans = plan_runs(spec, overrides)
         check_networks(plans, str(spec))  # every point's network, before anything runs
+        check_executor(executor, address, retries)
         remote = None if dry_run else make_executor(executor, address, retries)
     except TestbedError as exc:
         raise _fail(exc) from None
     out_dir = out if out is not None else Path("results") / plans[0].spec.name
+    if out_dir.exists() and not out_dir.is_dir():
+        raise _fail(InputError(f"--out {out_dir}: a file, not a folder; give a folder (new "
+                               "or one a sweep of this spec wrote)"))
     if not dry_run:
         hand_over_on_exit(ctx, out_dir)  # under sudo: the results are the user's
 

@@ -209,3 +209,27 @@ def test_every_sweep_point_is_planned_before_the_first_run(tmp_path, native):
         assert res.exit_code == 2, res.output
         assert res.stderr.strip().splitlines() == want
     assert native.calls == []  # no run started
+
+
+def test_a_dry_run_refuses_what_a_run_refuses(spec, tmp_path):
+    """Executor options and an --out that is a file were accepted by a dry run (and by a
+    study's); a real run refuses them, so the dry run says so too."""
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    cases = [
+        (["run", str(spec), "--dry-run", "--executor", "dask"],
+         "error: --executor 'dask': use one of local, ray"),
+        (["run", str(spec), "--dry-run", "--executor", "ray", "--retries", "-1"],
+         "error: --retries -1: use 0 or more"),
+        (["study", "experiments/p2_three_paths", "--dry-run", "--executor", "dask"],
+         "error: --executor 'dask': use one of local, ray"),
+        (["run", str(spec), "--dry-run", "--out", str(afile)],
+         f"error: --out {afile}: a file, not a folder; give a folder (new or one a sweep "
+         "of this spec wrote)"),
+        (["study", "experiments/p2_three_paths", "--dry-run", "--out", str(afile)],
+         f"error: --out {afile}: a file, not a folder; give a folder"),
+    ]
+    for argv, line in cases:
+        res = CliRunner().invoke(app, argv)
+        assert res.exit_code == 2, (argv, res.output)
+        assert res.stderr.strip().splitlines()[-1] == line, (argv, res.stderr)
