@@ -17,6 +17,8 @@ Sweeps, overrides, seeds and run ids live in `testbed.spec.sweep`.
 from __future__ import annotations
 
 import copy
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,8 @@ from testbed.spec.problems import data_path, show_parts, validation_problems
 from testbed.spec.quantities import USER_TEXT
 from testbed.spec.trace import TraceFolder, expand_traces
 
+MAX_SPEC_BYTES = 1 << 20  # 1 MiB: a spec is a few KiB, and every bundle keeps a copy
+
 
 def read_toml(path: Path) -> dict[str, Any]:
     """Read a TOML file into a dict; a missing file or bad syntax raises `SpecError`.
@@ -36,11 +40,27 @@ def read_toml(path: Path) -> dict[str, Any]:
     path: the spec file.
     """
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        if not stat.S_ISREG(os.stat(path).st_mode) and not os.path.isdir(path):
+            raise SpecError(f"{path}: not a regular file (a device, FIFO or socket); give "
+                            "the spec's .toml file")
+        with open(path, "rb") as f:
+            data = f.read(MAX_SPEC_BYTES + 1)
     except FileNotFoundError:
         raise SpecError(f"{path}: no such spec file") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{path}: cannot read the spec ({exc.__class__.__name__})") from None
+    except IsADirectoryError:
+        raise SpecError(f"{path}: a folder, not a spec file (give the .toml file)") from None
+    except PermissionError:
+        raise SpecError(f"{path}: not readable by this user (permission denied)") from None
+    if len(data) > MAX_SPEC_BYTES:
+        raise SpecError(f"{path}: larger than {MAX_SPEC_BYTES >> 10} KiB; a spec is a few "
+                        "KiB (long schedules belong in a trace file, docs/spec.md)")
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]  # a byte-order mark, as some editors write: not part of the TOML
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}: not UTF-8 text (byte {exc.start}); save the spec as "
+                        "UTF-8") from None
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

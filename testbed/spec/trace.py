@@ -149,7 +149,7 @@ def _event(link: str, values: dict[str, int | float], cells: dict[str, tuple[str
 def load_trace(path: Path, link: str) -> list[ScheduleEvent]:
     """`parse_trace` on a file (any path; a spec's traces go through `TraceFolder`)."""
     try:
-        with open(path, newline="") as f:
+        with open(path, newline="", encoding="utf-8-sig") as f:
             return parse_trace(f, link, source=str(path))
     except OSError as exc:
         raise SpecError(f"{path}: cannot read the trace ({exc.strerror})") from None
@@ -204,7 +204,7 @@ class TraceFolder:
         except (safefiles.UnsafeFileError, OSError) as exc:
             raise SpecError(f"{name}: cannot read the trace ({exc})") from None
         try:
-            return data.decode("utf-8")
+            return data.decode("utf-8-sig")  # a spreadsheet's byte-order mark is not text
         except UnicodeDecodeError:
             raise SpecError(f"{name}: not UTF-8 text; save the trace as a CSV file") from None
 

@@ -170,6 +170,35 @@ def test_missing_file(tmp_path):
     assert "no such spec file" in result.stderr
 
 
+def test_unreadable_spec_files_are_one_clear_line(tmp_path):
+    """Not UTF-8, a folder, a FIFO, too large: one line saying what to do (they were
+    `(UnicodeDecodeError)`, `(IsADirectoryError)`, a hang and 280 MB of memory)."""
+    import os
+
+    bad = tmp_path / "bad.toml"
+    bad.write_bytes(b'name = "\xff"\n')
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo)
+    big = tmp_path / "big.toml"
+    big.write_text('description = "' + "x" * (1 << 20) + '"\n')
+    cases = {bad: "not UTF-8 text (byte 8); save the spec as UTF-8",
+             tmp_path: "a folder, not a spec file (give the .toml file)",
+             fifo: "not a regular file (a device, FIFO or socket); give the spec's .toml file",
+             big: "larger than 1024 KiB; a spec is a few KiB (long schedules belong in a "
+                  "trace file, docs/spec.md)"}
+    for path, why in cases.items():
+        result = CliRunner().invoke(app, ["run", str(path), "--dry-run"])
+        assert result.exit_code == 2, result.output
+        assert result.stderr.strip() == f"error: {path}: {why}", result.stderr
+
+
+def test_a_byte_order_mark_is_not_part_of_the_spec(tmp_path):
+    spec = tmp_path / "bom.toml"
+    spec.write_bytes(b"\xef\xbb\xbf" + tomli_w.dumps(BASE).encode())
+    result = CliRunner().invoke(app, ["run", str(spec), "--dry-run"])
+    assert result.exit_code == 0, result.stderr
+
+
 @pytest.mark.parametrize(("override", "key"), [
     ("transport.cc", "--set transport.cc: expected KEY=VALUE"),
     ("topology.paths.7.bw=1Mbit", "--set topology.paths.7.bw:"),

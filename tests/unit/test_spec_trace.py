@@ -28,6 +28,16 @@ def test_trace_with_bare_numbers(tmp_path: Path) -> None:
     assert evs[1].at == 2.5 and evs[1].bw == 20_000_000
 
 
+def test_a_byte_order_mark_is_not_part_of_the_first_column(tmp_path: Path) -> None:
+    """A spreadsheet saves CSV with a byte-order mark: it read as column '\ufefftime'."""
+    from testbed.spec.trace import TraceFolder
+
+    p = tmp_path / "t.csv"
+    p.write_bytes("time_s,bw_kbit\n0,384\n".encode("utf-8-sig"))
+    assert load_trace(p, "cell")[0].bw == 384_000
+    assert TraceFolder(tmp_path).rows("t.csv", "cell")[0][1].bw == 384_000
+
+
 @pytest.mark.parametrize("text, words", [
     ("", "empty trace"),
     ("when,bw\n", "unknown column"),
