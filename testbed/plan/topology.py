@@ -86,10 +86,16 @@ def check_against_topology(exp: Experiment, topo: Topo) -> None:
                                     f"{exp.topology.kind}")
     links = link_groups(topo)
     for i, ev in enumerate(exp.schedule):
-        if ev.link not in links:
-            known = ", ".join(sorted(links)[:8]) or "none (no shaped links)"
-            raise SpecError(f"schedule[{i}].link: no shaped link named {ev.link!r}; links "
-                            f"are {known}{' ...' if len(links) > 8 else ''}")
+        if ev.link in links:
+            continue
+        if not links:
+            hint = ("set the fat-tree's bw, delay or loss" if exp.topology.kind == "fattree"
+                    else "give its links a shape (bw, delay or loss)")
+            raise SpecError(f"schedule[{i}].link: {ev.link!r}: this topology has no shaped "
+                            f"link for a schedule to change; {hint}")
+        known = ", ".join(sorted(links)[:8])
+        raise SpecError(f"schedule[{i}].link: no shaped link named {ev.link!r}; links "
+                        f"are {known}{' ...' if len(links) > 8 else ''}")
 
 
 def path_addresses(exp: Experiment, topo: Topo) -> dict[tuple[str, str], str]:

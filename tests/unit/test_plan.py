@@ -88,6 +88,12 @@ def test_fattree_topology_and_link_check():
     bad["schedule"][0]["link"] = "A0-E0"   # upper node first: not a link name
     with pytest.raises(SpecError, match=r"schedule\[0\].link"):
         check_against_topology(plan(bad).spec, build_topology(plan(bad).spec))
+    # an unshaped fat-tree has nothing a schedule could change: say which keys give it
+    plain["schedule"] = copy.deepcopy(FAT["schedule"])
+    with pytest.raises(SpecError) as err:
+        check_against_topology(plan(plain).spec, build_topology(plan(plain).spec))
+    assert str(err.value).endswith("this topology has no shaped link for a schedule to "
+                                   "change; set the fat-tree's bw, delay or loss")
 
 
 def test_custom_topology_is_imported():
