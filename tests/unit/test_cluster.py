@@ -535,3 +535,35 @@ def test_a_spec_no_node_can_run_stops_before_a_retry_is_announced(
     with pytest.raises(InputError, match="every node of the cluster, 2"):
         _sweep_on(fake, tmp_path, monkeypatch)
     assert fake.sent == [("r1", None), ("r1", B)]
+
+
+def test_a_task_whose_node_is_gone_stops_waiting_for_the_emulation_lock(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In CI a worker whose raylet had died waited on for the lock, then ran its run in a
+    VM of its own after the sweep had finished (the head had sent it to another node)."""
+    import fcntl
+    import os
+    import subprocess
+    import threading
+
+    from testbed.core.errors import NodeError
+    from testbed.run.cluster import node
+
+    monkeypatch.setenv("TESTBED_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv(node.SCRATCH_ENV, str(tmp_path / "scratch"))
+    monkeypatch.setattr(node, "LOCK_POLL_S", 0.05)
+    (tmp_path / "state").mkdir(mode=0o700)
+    holder = os.open(tmp_path / "state" / node.LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # another run holds the machine
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    monkeypatch.setenv("RAY_RAYLET_PID", str(dead.pid))
+    with pytest.raises(NodeError, match=rf"raylet \(pid {dead.pid}\) is gone"), \
+            node.emulation_lock():
+        pass
+    # a live raylet: the task waits, and runs once the other run lets go
+    monkeypatch.setenv("RAY_RAYLET_PID", str(os.getpid()))
+    threading.Timer(0.3, lambda: fcntl.flock(holder, fcntl.LOCK_UN)).start()
+    with node.emulation_lock() as (current, _fd):
+        assert current.parent == tmp_path / "state"
+    os.close(holder)

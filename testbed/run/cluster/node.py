@@ -48,6 +48,7 @@ SCRATCH_ENV = "TESTBED_CLUSTER_SCRATCH"
 DEFAULT_SCRATCH = Path("/var/tmp/testbed-cluster")  # on disk; shared with `testbed vm` by
 # run_in_vm(outputs=...), since the VM mounts a fresh tmpfs over /var/tmp
 LOCK_NAME = "cluster-emulation.lock"
+LOCK_POLL_S = 1.0  # how often a task waiting for the emulation lock looks at its node
 CURRENT_NAME = "cluster-current"  # the private folder of the run holding the lock
 DONE, NODE, SPEC = "done", "node", "spec"
 
@@ -154,12 +155,45 @@ def emulation_lock() -> Iterator[tuple[Path, int]]:
     fd = os.open(state / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
                  0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        while True:  # waiting, but not for a node that is gone (`node_gone`)
+            gone = node_gone()
+            if gone:
+                raise NodeError(f"{gone}; its run went to another node, so it is not run "
+                                "here")
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                time.sleep(LOCK_POLL_S)
+        gone = node_gone()  # the lock may have come long after the node went
+        if gone:
+            raise NodeError(f"{gone}; its run went to another node, so it is not run here")
         current = state / CURRENT_NAME
         recover_leftovers(current)
         yield current, fd
     finally:
         os.close(fd)
+
+
+def node_gone() -> str | None:
+    """Why the Ray node this task runs on is gone (None while it is there, or outside Ray).
+
+    A task waits for the emulation lock while other runs hold it, minutes at a time.  If
+    its raylet dies meanwhile (killed, or stopped after the cluster declared the node dead
+    for missed heartbeats), the head sends the run to another node, but this worker
+    process may live on in the lock's wait: without this check it then ran the run once
+    more, in a VM of its own beside the others, after the sweep had finished.  Ray tells
+    a worker its raylet's process id (``RAY_RAYLET_PID``)."""
+    pid = os.environ.get("RAY_RAYLET_PID", "")
+    if not pid.isdigit():
+        return None
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return f"this node's raylet (pid {pid}) is gone"
+    except PermissionError:
+        return None  # it exists, as another user's process
+    return None
 
 
 def recover_leftovers(current: Path) -> list[str]:
