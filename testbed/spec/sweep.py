@@ -183,11 +183,41 @@ def workload_seed(run_seed: int, index: int) -> int:
 
 
 def canonical_json(exp: Experiment, repetition: int) -> str:
-    """The text a run id hashes: resolved parameters (no defaults) plus the repetition."""
+    """The text a run id hashes: resolved parameters (no defaults) plus the repetition.
+
+    A default that the model keeps as None and resolves later counts as left out when it
+    is written out with its value (a path's ``queue = 1000``, ``controller.kind = "ecmp"``
+    on a fat-tree, a workload named as it would be anyway), so writing out a default
+    does not change the id: a re-run of the same spec then skips its complete runs."""
     data = exp.model_dump(mode="json", exclude_defaults=True,
                           exclude={"description", "sweep", "repetitions", "repetition"})
+    _drop_resolved_defaults(exp, data)
     data["repetition"] = repetition
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def _drop_resolved_defaults(exp: Experiment, data: dict[str, Any]) -> None:
+    """Remove from data (`canonical_json`'s dump of exp) the values equal to what their
+    None default resolves to."""
+    from testbed.spec.linkshape import DEFAULT_QUEUE_PKTS
+    from testbed.spec.model import MultipathTopology
+
+    topo = data.get("topology")
+    if isinstance(exp.topology, MultipathTopology) and isinstance(topo, dict):
+        for path in topo.get("paths") or []:
+            if isinstance(path, dict) and path.get("queue") == DEFAULT_QUEUE_PKTS:
+                del path["queue"]
+    ctl = data.get("controller")
+    if isinstance(ctl, dict) and exp.controller.kind is not None \
+            and ctl.get("kind") == exp.model_copy(
+                update={"controller": exp.controller.model_copy(update={"kind": None})}
+            ).controller_kind():
+        del ctl["kind"]
+        if not ctl:
+            del data["controller"]
+    for i, wl in enumerate(data.get("workload") or []):
+        if isinstance(wl, dict) and wl.get("name") == f"{exp.workload[i].kind}{i}":
+            del wl["name"]
 
 
 def run_id(exp: Experiment, repetition: int) -> str:
