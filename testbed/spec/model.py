@@ -66,7 +66,7 @@ PATTERN_WORDS = {
 class SpecModel(BaseModel):
     """Base of every spec table: frozen, unknown keys refused (see `unknown_key_hint`)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True, strict=True)
 
     # Unknown keys are refused by pydantic itself (extra="forbid"), so that every problem
     # of a spec is reported at once; `unknown_key_hint` adds the did-you-mean hint.

@@ -264,3 +264,30 @@ def test_bare_numbers_in_a_spec_keep_their_messages(value, words):
     with pytest.raises(SpecError) as err:
         validate_spec(data, "s.toml")
     assert words in str(err.value)
+
+
+@pytest.mark.parametrize(("where", "key", "value", "says"), [
+    ("top", "seed", "1", '"1" is not an integer'),
+    ("top", "seed", 1.0, "1.0 is not an integer"),
+    ("top", "seed", True, "true is not an integer"),
+    ("top", "repetitions", True, "true is not an integer"),
+    ("top", "stop_when_done", "yes", '"yes" is not true or false'),
+    ("path", "queue", "100", '"100" is not an integer'),
+    ("path", "queue", 99.0, "99.0 is not an integer"),
+    ("topology", "server_multihomed", "yes", '"yes" is not true or false'),
+    ("transport", "keep_neighbours", "true", '"true" is not true or false'),
+])
+def test_values_of_another_type_are_refused_not_converted(where, key, value, says):
+    """Pydantic's lax mode turned "1", 1.0 and true into the integer 1 and "yes" into
+    True: a spec's types are strict (docs/spec.md)."""
+    data = {"name": "x", "duration": "10s",
+            "topology": {"kind": "multipath", "paths": [{"name": "a", "bw": "10Mbit"}]},
+            "workload": [{"kind": "bulk", "src": "client", "dst": "server", "size": "1MB"}]}
+    table = {"top": data, "path": data["topology"]["paths"][0],
+             "topology": data["topology"]}.get(where)
+    if table is None:
+        table = data.setdefault(where, {})
+    table[key] = value
+    with pytest.raises(SpecError) as err:
+        validate_spec(data, "s.toml")
+    assert str(err.value).endswith(f"{key}: {says}"), str(err.value)
