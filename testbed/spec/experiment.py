@@ -116,6 +116,7 @@ def check_experiment(exp: Experiment) -> None:
         attempt(_check_workload, exp, i, wl, hosts)
     for i, ev in enumerate(exp.schedule):
         attempt(_check_event, exp, i, ev, links)
+    attempt(_check_sequence, exp)
     if hosts is not None:
         for key, listed in (("capture.hosts", exp.capture.hosts),
                             ("sampler.hosts", exp.sampler.hosts)):
@@ -204,6 +205,35 @@ def _check_path(path: PathSpec, where: str) -> None:
     if path.ge is not None and path.loss:
         problems.append(f"{where}.ge: give either loss (random) or ge (Gilbert-Elliott), "
                         "not both; remove one of them")
+    if problems:
+        raise SpecError("\n".join(problems))
+
+
+def _check_sequence(exp: Experiment) -> None:
+    """Events of one link in time order: each must change something from the state the
+    ones before it left (a link taken down twice dropped the second event from the plan
+    without a word), and two events may not change one link at the same time (which
+    acts first would be an accident of their order)."""
+    problems = []
+    by_link: dict[str, list[tuple[float, int, ScheduleEvent]]] = {}
+    for i, ev in enumerate(exp.schedule):
+        by_link.setdefault(ev.link, []).append((ev.at, i, ev))
+    for link, events in by_link.items():
+        up, set_by, last = True, None, {}
+        for at, i, ev in sorted(events, key=lambda e: (e[0], e[1])):
+            if at in last:
+                problems.append(f"schedule[{i}]: changes link {link!r} at {_fmt_d(at)}, as "
+                                f"schedule[{last[at]}] does; merge them into one event or "
+                                "give them different times")
+            last[at] = i
+            if ev.link_up is not None and ev.link_up == up and not ev.shape_changes():
+                why = "it starts up" if set_by is None else \
+                    f"schedule[{set_by}] took it {'up' if up else 'down'}"
+                problems.append(f"schedule[{i}]: link {link!r} is already "
+                                f"{'up' if up else 'down'} at {_fmt_d(at)} ({why}), so this "
+                                "event changes nothing; remove it")
+            if ev.link_up is not None:
+                up, set_by = ev.link_up, i
     if problems:
         raise SpecError("\n".join(problems))
 

@@ -291,3 +291,31 @@ def test_values_of_another_type_are_refused_not_converted(where, key, value, say
     with pytest.raises(SpecError) as err:
         validate_spec(data, "s.toml")
     assert str(err.value).endswith(f"{key}: {says}"), str(err.value)
+
+
+def test_schedule_events_that_change_nothing_in_sequence_are_refused():
+    """A link taken down twice lost its second event from the plan without a word; an
+    `up` on a link that is up did nothing; two events on one link at one time ran in an
+    accidental order."""
+    data = {"name": "x", "duration": "10s",
+            "topology": {"kind": "multipath", "paths": [{"name": "a", "bw": "10Mbit"}]},
+            "workload": [{"kind": "bulk", "src": "client", "dst": "server", "size": "1MB"}],
+            "schedule": [{"at": "2s", "link": "a", "down": True},
+                         {"at": "3s", "link": "a", "down": True},
+                         {"at": "1s", "link": "a", "up": True},
+                         {"at": "5s", "link": "a", "bw": "2Mbit"},
+                         {"at": "5s", "link": "a", "bw": "4Mbit"}]}
+    with pytest.raises(SpecError) as err:
+        validate_spec(data, "s.toml")
+    assert str(err.value).splitlines() == [
+        "s.toml: schedule[2]: link 'a' is already up at 1s (it starts up), so this event "
+        "changes nothing; remove it",
+        "s.toml: schedule[1]: link 'a' is already down at 3s (schedule[0] took it down), "
+        "so this event changes nothing; remove it",
+        "s.toml: schedule[4]: changes link 'a' at 5s, as schedule[3] does; merge them into "
+        "one event or give them different times"]
+    # up again with a new shape, and a later shape change: fine
+    data["schedule"] = [{"at": "2s", "link": "a", "down": True},
+                        {"at": "3s", "link": "a", "up": True, "bw": "2Mbit"},
+                        {"at": "4s", "link": "a", "bw": "4Mbit"}]
+    validate_spec(data, "s.toml")
