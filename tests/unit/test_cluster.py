@@ -561,6 +561,20 @@ def test_a_task_whose_node_is_gone_stops_waiting_for_the_emulation_lock(
     with pytest.raises(NodeError, match=rf"raylet \(pid {dead.pid}\) is gone"), \
             node.emulation_lock():
         pass
+    # a live raylet, but the cluster has declared the node dead (late heartbeats)
+    import sys
+    import types
+
+    fake = types.SimpleNamespace(
+        is_initialized=lambda: True,
+        get_runtime_context=lambda: types.SimpleNamespace(get_node_id=lambda: "abcdef0123"),
+        nodes=lambda: [{"NodeID": "abcdef0123", "Alive": False}])
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    monkeypatch.setenv("RAY_RAYLET_PID", str(os.getpid()))
+    with pytest.raises(NodeError, match=r"declared this node \(abcdef01\) dead"), \
+            node.emulation_lock():
+        pass
+    fake.nodes = lambda: [{"NodeID": "abcdef0123", "Alive": True}]
     # a live raylet: the task waits, and runs once the other run lets go
     monkeypatch.setenv("RAY_RAYLET_PID", str(os.getpid()))
     threading.Timer(0.3, lambda: fcntl.flock(holder, fcntl.LOCK_UN)).start()

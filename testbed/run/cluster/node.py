@@ -192,7 +192,26 @@ def node_gone() -> str | None:
     except ProcessLookupError:
         return f"this node's raylet (pid {pid}) is gone"
     except PermissionError:
-        return None  # it exists, as another user's process
+        pass  # it exists, as another user's process
+    return _declared_dead()
+
+
+def _declared_dead() -> str | None:
+    """Why the cluster counts this worker's node as dead (None: alive, or cannot tell).
+    A raylet whose heartbeats came late on a busy machine is declared dead and its runs
+    are sent elsewhere, while the raylet itself may live on for a while."""
+    try:
+        import ray
+
+        if not ray.is_initialized():
+            return None
+        me = ray.get_runtime_context().get_node_id()
+        for n in ray.nodes():
+            if n.get("NodeID") == me:
+                return None if n.get("Alive", True) else \
+                    f"the cluster declared this node ({me[:8]}) dead"
+    except Exception:  # no answer from the cluster: the raylet check stands
+        return None
     return None
 
 
