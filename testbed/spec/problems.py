@@ -200,7 +200,10 @@ def describe_error(err: Any, data: Any) -> str:
         hint = f"did you mean {show_value(guess)}? ({form})" if guess else form
         return f"{path}: {show_value(value)} is not a valid name; {hint}"
     if etype in _TYPE_WORDS:
-        return f"{path}: {show_value(value)} is not {_TYPE_WORDS[etype]}"
+        line = f"{path}: {show_value(value)} is not {_TYPE_WORDS[etype]}"
+        if etype == "string_type" and not isinstance(value, (dict, list)):
+            line += f"; put it in quotes: \"{show_value(value)}\""  # TOML read a number/date
+        return line
     if etype == "too_short":
         return f"{path}: needs at least {ctx.get('min_length')} entr" \
                f"{'y' if ctx.get('min_length') == 1 else 'ies'}"

@@ -13,13 +13,14 @@ quantity is refused with a hint built from the user's number (`suggest_quantity`
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import re
 from collections.abc import Callable
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field, PlainSerializer, ValidationInfo
+from pydantic import BeforeValidator, PlainSerializer, ValidationInfo
 from pydantic_core import PydanticCustomError
 
 from testbed.core.errors import UnitError
@@ -200,8 +201,11 @@ LinkDelay = Annotated[float, BeforeValidator(_quantity(parse_duration, "duration
                                                        LINK_DELAY_BOUNDS)),
                       PlainSerializer(format_duration_exact, return_type=str,
                                       when_used="json")]
-# A sampling or echo period: a positive duration of at least 10 ms.
-Interval = Annotated[PositiveDuration, Field(ge=0.01)]
+# A sampling or echo period: a positive duration of at least 10 ms (and at most a week).
+INTERVAL_BOUNDS = (0.01, 604800.0, "10ms .. 604800s (a week)")
+Interval = Annotated[float, BeforeValidator(_quantity(parse_duration, "duration", ">0",
+                                                      INTERVAL_BOUNDS)),
+                     PlainSerializer(format_duration_exact, return_type=str, when_used="json")]
 
 
 def show_value(value: Any) -> str:
@@ -214,4 +218,6 @@ def show_value(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, str):
         return json.dumps(value) if len(value) < 60 else json.dumps(value[:57] + "...")
+    if isinstance(value, (datetime.date, datetime.time)):  # TOML dates and times, as written
+        return value.isoformat()
     return repr(value)

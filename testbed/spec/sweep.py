@@ -47,6 +47,7 @@ KeyPath = list[str | int]
 _SEGMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_-]*)((?:\[[0-9]+\])*)$")
 _NOT_SWEPT = ("name", "sweep", "repetitions", "repetition")
 MAX_RUNS = 10_000  # sweep grid points x repetitions; more is a mistake, not an experiment
+MAX_REPETITIONS = 1000  # as `Experiment.repetitions` allows
 
 
 def value_name(value: Any) -> str:
@@ -263,6 +264,10 @@ def _sweep_axes(data: dict[str, Any], source: str) -> list[tuple[str, KeyPath, l
         if canon in seen:
             raise SpecError(f"{where}: the same key as sweep.\"{seen[canon]}\"")
         seen[canon] = key
+        if isinstance(values, dict):  # `transport.cc = [...]` unquoted: TOML nests it
+            inner = next(iter(values), "KEY")
+            raise SpecError(f"{where}: a table, not a list: a dotted key in [sweep] must be "
+                            f"quoted, e.g. \"{key}.{inner}\" = [...]")
         if not isinstance(values, list) or not values:
             raise SpecError(f"{where}: expected a non-empty list of values, e.g. "
                             "[\"reno\", \"cubic\"]")
@@ -278,6 +283,9 @@ def _check_grid_size(axes: list[tuple[str, KeyPath, list[Any]]], data: dict[str,
         points *= len(values)
     reps = data.get("repetitions", 1)
     reps = reps if isinstance(reps, int) and not isinstance(reps, bool) and reps > 0 else 1
+    if reps > MAX_REPETITIONS:  # the spec's own bound, named before the grid's
+        raise SpecError(f"{source}: repetitions: {reps} is more than {MAX_REPETITIONS}; "
+                        f"use 1 .. {MAX_REPETITIONS}")
     if data.get("repetition") is not None:
         reps = 1
     if points * reps > MAX_RUNS:

@@ -297,3 +297,25 @@ def test_a_bad_name_gets_a_corrected_one(tmp_path, path, value, line):
     spec, result = _invoke(tmp_path, _set(path, value)())
     assert result.exit_code == 2
     assert result.stderr.startswith(f"error: {spec}: {line} (")
+
+
+@pytest.mark.parametrize(("edit", "extra", "line"), [
+    (None, ["--set", "name=123"], '--set name: 123 is not a string; put it in quotes: "123"'),
+    (None, ["--set", "name=2024-01-01"],
+     '--set name: 2024-01-01 is not a string; put it in quotes: "2024-01-01"'),
+    ({"sweep": {"transport": {"cc": ["reno", "cubic"]}}}, [],
+     'SPEC: sweep."transport": a table, not a list: a dotted key in [sweep] must be quoted, '
+     'e.g. "transport.cc" = [...]'),
+    ({"repetitions": 10**25}, [],
+     f"SPEC: repetitions: {10**25} is more than 1000; use 1 .. 1000"),
+    ({"workload": [{"kind": "ping", "src": "client", "dst": "server", "interval": "1ms"}]},
+     [], "SPEC: workload[0].interval: '1ms' is out of range; use 10ms .. 604800s (a week)"),
+])
+def test_messages_say_how_to_fix(tmp_path, edit, extra, line):
+    """From a docs-only review: each said what was wrong but not how to fix it (or named
+    the wrong limit, or a unit-less bound)."""
+    data = copy.deepcopy(BASE)
+    data.update(edit or {})
+    spec, result = _invoke(tmp_path, data, extra=extra)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == "error: " + line.replace("SPEC", str(spec)), result.stderr
