@@ -25,6 +25,7 @@ docs/api.md has the examples.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -291,6 +292,7 @@ def run(spec: str | Path, out: str | Path | None = None, overrides: Sequence[str
     from testbed.run.sweep import NoProgress, run_sweep
     from testbed.spec.sweep import override_labels, plan_runs
 
+    started = time.time() - 1.0  # hand over only what this call made (`hand_over`)
     plans = plan_runs(Path(spec), list(overrides))
     check_networks(plans, str(spec))  # every point's network, before anything runs
     target = Path(out) if out is not None else Path("results") / plans[0].spec.name
@@ -302,7 +304,7 @@ def run(spec: str | Path, out: str | Path | None = None, overrides: Sequence[str
                              fail_fast=fail_fast, extra_meta=extra, recover=recover_bundle,
                              progress=_Report(progress) if progress else NoProgress())
     finally:
-        hand_over(target)
+        hand_over(target, since=started)
 
 
 def study(folder: str | Path, variant: str = "quick", out: str | Path | None = None,
@@ -319,6 +321,7 @@ def study(folder: str | Path, variant: str = "quick", out: str | Path | None = N
     from testbed.core.ownership import hand_over
     from testbed.run.study import default_out, run_study
 
+    started = time.time() - 1.0  # hand over only what this call made (`hand_over`)
     where = Path(folder)
     target = Path(out) if out is not None else default_out(where, variant)
     try:
@@ -326,4 +329,4 @@ def study(folder: str | Path, variant: str = "quick", out: str | Path | None = N
                          reports=reports, overrides=list(overrides),
                          progress=_Report(progress) if progress else None)
     finally:
-        hand_over(target)
+        hand_over(target, since=started)

@@ -27,10 +27,14 @@ def hand_over_on_exit(ctx: typer.Context, *paths: Path) -> None:
     """When the command of ctx ends (normally, with an error or on Ctrl-C), give what it
     wrote into paths to the user who ran sudo, readable (`testbed.core.ownership`; nothing
     happens without sudo)."""
+    import time
+
     from testbed.core.ownership import hand_over
+
+    start = time.time() - 1.0  # only what this command made or changed (ctime; clock slack)
 
     def give() -> None:
         for p in paths:
-            hand_over(p)
+            hand_over(p, since=start)
 
     ctx.call_on_close(give)

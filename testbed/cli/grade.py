@@ -107,7 +107,7 @@ def verify_cmd(bundle: Path, assignment: str | None, update: bool = False) -> in
         raise InputError(f"{bundle}: no result bundles (no <run-id>/metadata.json) here")
     if not update:
         return 0 if ver.ok else 1
-    return _update(Path(bundle), found, ver.runs)
+    return _update(Path(bundle).absolute(), found, ver.runs)  # `.`: its folder is ..
 
 
 def _update(given: Path, found: Path, runs: list[RunCheck]) -> int:

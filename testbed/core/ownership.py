@@ -9,7 +9,9 @@ the invoking user (``SUDO_UID``/``SUDO_GID``, `invoking_user`) and makes it read
 Without ``sudo`` (a normal user, or root logged in as root) it does nothing; files are
 readable anyway (`testbed.core.safefiles.atomic_write` writes ``0644``).
 
-What is handed over is only what root made: an entry owned by root, reached without
+What is handed over is only what root made (with ``since``, as the CLI passes it: made or
+changed since the command started, so that a command pointed at a folder such as
+``/etc`` gives away nothing it did not write): an entry owned by root, reached without
 following a symbolic link (every step opens the next entry relative to its folder with
 ``O_NOFOLLOW``, and ownership and mode are changed on the opened descriptor), a regular
 file with a single link or a folder.  So a symbolic link planted in a bundle
@@ -45,24 +47,28 @@ def invoking_user() -> tuple[int, int] | None:
     return (uid, gid) if uid > 0 and gid >= 0 else None
 
 
-def hand_over(top: Path) -> int:
+def hand_over(top: Path, since: float | None = None) -> int:
     """Give what root made under top (and the root-made folders above it inside the
     invoking user's folder) to the invoking user, readable; return how many entries
     changed.  Nothing happens without sudo (`invoking_user`) or when top is missing.
 
-    top: an output folder, a bundle or a single file the command wrote.
+    top: an output folder, a bundle or a single file the command wrote; since: only
+    entries made or changed at or after this time (their inode change time, ``ctime``),
+    i.e. by the command that started then: a command that wrote nothing (``sudo testbed
+    report /etc``, refused) gives nothing away, whatever top holds.
     """
     user = invoking_user()
     if user is None:
         return 0
     top = Path(os.path.realpath(top))  # the folder named on the command line may be a link
-    changed = sum(_give_folder(folder, ident, user) for folder, ident in _made_above(top, user[0]))
+    changed = sum(_give_folder(folder, ident, user, since)
+                  for folder, ident in _made_above(top, user[0]))
     try:
         fd = os.open(top, _OPEN)
     except OSError:
         return changed  # missing
     try:
-        return changed + _give(fd, user)
+        return changed + _give(fd, user, since)
     finally:
         os.close(fd)
 
@@ -87,7 +93,8 @@ def _made_above(top: Path, uid: int) -> list[tuple[Path, tuple[int, int]]]:
     return []
 
 
-def _give_folder(path: Path, ident: tuple[int, int], user: tuple[int, int]) -> int:
+def _give_folder(path: Path, ident: tuple[int, int], user: tuple[int, int],
+                 since: float | None = None) -> int:
     """Hand over the folder path alone, when it is still the one seen (device, inode)."""
     try:
         fd = os.open(path, _OPEN | os.O_DIRECTORY)
@@ -95,15 +102,16 @@ def _give_folder(path: Path, ident: tuple[int, int], user: tuple[int, int]) -> i
         return 0
     try:
         st = os.fstat(fd)
-        return _one(fd, user) if (st.st_dev, st.st_ino) == ident else 0
+        return _one(fd, user, since) if (st.st_dev, st.st_ino) == ident else 0
     finally:
         os.close(fd)
 
 
-def _one(fd: int, user: tuple[int, int]) -> int:
-    """Hand over the file or folder open as fd when root made it; 1 when it changed."""
+def _one(fd: int, user: tuple[int, int], since: float | None = None) -> int:
+    """Hand over the file or folder open as fd when root made it (since: at or after that
+    time); 1 when it changed."""
     st = os.fstat(fd)
-    if st.st_uid != 0:
+    if st.st_uid != 0 or (since is not None and st.st_ctime < since):
         return 0
     if stat.S_ISDIR(st.st_mode):
         mode = DIR_MODE
@@ -119,9 +127,9 @@ def _one(fd: int, user: tuple[int, int]) -> int:
     return 1
 
 
-def _give(fd: int, user: tuple[int, int]) -> int:
+def _give(fd: int, user: tuple[int, int], since: float | None = None) -> int:
     """Hand over the entry open as fd and, for a folder, everything below it."""
-    changed = _one(fd, user)
+    changed = _one(fd, user, since)
     if not stat.S_ISDIR(os.fstat(fd).st_mode):
         return changed
     for name in os.listdir(fd):
@@ -138,7 +146,7 @@ def _give(fd: int, user: tuple[int, int]) -> int:
         try:
             cst = os.fstat(child)
             if (cst.st_dev, cst.st_ino) == (st.st_dev, st.st_ino):  # not swapped meanwhile
-                changed += _give(child, user)
+                changed += _give(child, user, since)
         finally:
             os.close(child)
     return changed

@@ -219,21 +219,23 @@ def _check_sequence(exp: Experiment) -> None:
     for i, ev in enumerate(exp.schedule):
         by_link.setdefault(ev.link, []).append((ev.at, i, ev))
     for link, events in by_link.items():
-        up, set_by, last = True, None, {}
+        up, set_by, last = True, None, {}  # set_by: when the state last changed
         for at, i, ev in sorted(events, key=lambda e: (e[0], e[1])):
+            # the other event is named by its time: a trace's rows are events of their own,
+            # whose indices are not the spec's
             if at in last:
                 problems.append(f"schedule[{i}]: changes link {link!r} at {_fmt_d(at)}, as "
-                                f"schedule[{last[at]}] does; merge them into one event or "
-                                "give them different times")
+                                "another event does at that time; give them different "
+                                "times")
             last[at] = i
             if ev.link_up is not None and ev.link_up == up and not ev.shape_changes():
                 why = "it starts up" if set_by is None else \
-                    f"schedule[{set_by}] took it {'up' if up else 'down'}"
+                    f"the event at {_fmt_d(set_by)} took it {'up' if up else 'down'}"
                 problems.append(f"schedule[{i}]: link {link!r} is already "
                                 f"{'up' if up else 'down'} at {_fmt_d(at)} ({why}), so this "
                                 "event changes nothing; remove it")
             if ev.link_up is not None:
-                up, set_by = ev.link_up, i
+                up, set_by = ev.link_up, at
     if problems:
         raise SpecError("\n".join(problems))
 

@@ -54,13 +54,12 @@ def read_toml(path: Path) -> dict[str, Any]:
     if len(data) > MAX_SPEC_BYTES:
         raise SpecError(f"{path}: larger than {MAX_SPEC_BYTES >> 10} KiB; a spec is a few "
                         "KiB (long schedules belong in a trace file, docs/spec.md)")
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]  # a byte-order mark, as some editors write: not part of the TOML
+    bom = 3 if data.startswith(b"\xef\xbb\xbf") else 0  # as some editors write: not TOML
     try:
-        text = data.decode("utf-8")
+        text = data[bom:].decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise SpecError(f"{path}: not UTF-8 text (byte {exc.start}); save the spec as "
-                        "UTF-8") from None
+        raise SpecError(f"{path}: not UTF-8 text (byte {exc.start + bom}); save the spec "
+                        "as UTF-8") from None
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

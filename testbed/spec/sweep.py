@@ -187,9 +187,11 @@ def canonical_json(exp: Experiment, repetition: int) -> str:
     """The text a run id hashes: resolved parameters (no defaults) plus the repetition.
 
     A default that the model keeps as None and resolves later counts as left out when it
-    is written out with its value (a path's ``queue = 1000``, ``controller.kind = "ecmp"``
-    on a fat-tree, a workload named as it would be anyway), so writing out a default
-    does not change the id: a re-run of the same spec then skips its complete runs."""
+    is written out with its value (a path's ``queue = 1000``, a workload named as it would
+    be anyway), so writing out a default does not change the id: a re-run of the same
+    spec then skips its complete runs.  ``controller.kind`` is the exception: written out,
+    it counts (P1's sweeps name the fat-tree's default, ecmp, and their bundles keep the
+    ids they were made with)."""
     data = exp.model_dump(mode="json", exclude_defaults=True,
                           exclude={"description", "sweep", "repetitions", "repetition"})
     _drop_resolved_defaults(exp, data)
@@ -208,14 +210,6 @@ def _drop_resolved_defaults(exp: Experiment, data: dict[str, Any]) -> None:
         for path in topo.get("paths") or []:
             if isinstance(path, dict) and path.get("queue") == DEFAULT_QUEUE_PKTS:
                 del path["queue"]
-    ctl = data.get("controller")
-    if isinstance(ctl, dict) and exp.controller.kind is not None \
-            and ctl.get("kind") == exp.model_copy(
-                update={"controller": exp.controller.model_copy(update={"kind": None})}
-            ).controller_kind():
-        del ctl["kind"]
-        if not ctl:
-            del data["controller"]
     for i, wl in enumerate(data.get("workload") or []):
         if isinstance(wl, dict) and wl.get("name") == f"{exp.workload[i].kind}{i}":
             del wl["name"]

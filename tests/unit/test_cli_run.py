@@ -233,3 +233,19 @@ def test_a_dry_run_refuses_what_a_run_refuses(spec, tmp_path):
         res = CliRunner().invoke(app, argv)
         assert res.exit_code == 2, (argv, res.output)
         assert res.stderr.strip().splitlines()[-1] == line, (argv, res.stderr)
+
+
+def test_a_dry_run_never_imports_a_custom_topology(tmp_path, monkeypatch):
+    """Planning every sweep point's network before the runs must leave a custom topology
+    (code) to the real run that builds it: a dry run promises not to import it."""
+    mod = tmp_path / "evilmod_tb.py"
+    marker = tmp_path / "imported"
+    mod.write_text(f"open({str(marker)!r}, 'w').write('x')\n"
+                   "from mininet.topo import Topo\nclass T(Topo):\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    data = {"name": "c", "duration": "5s", "topology": {"kind": "evilmod_tb:T"},
+            "workload": [{"kind": "ping", "src": "h1", "dst": "h2"}]}
+    path = tmp_path / "custom.toml"
+    path.write_text(tomli_w.dumps(data))
+    res = CliRunner().invoke(app, ["run", str(path), "--dry-run"])
+    assert not marker.exists(), res.output

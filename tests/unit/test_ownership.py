@@ -85,6 +85,23 @@ def test_the_tree_goes_to_the_user_readable(tmp_path: Path, sudo: None) -> None:
 
 
 @as_root
+def test_only_what_the_command_made_or_changed_is_handed_over(tmp_path: Path, sudo: None
+                                                             ) -> None:
+    """`sudo testbed report /etc` (refused) handed every root-owned file under /etc to the
+    user on its way out; now only entries changed since the command started go."""
+    import time
+
+    top = tree(tmp_path)
+    start = time.time() + 5  # as if the command started after all of that was made
+    assert hand_over(top, since=start) == 0
+    assert owner(top / "run" / "metadata.json")[0] == 0
+    start = time.time() - 1
+    (top / "run" / "metadata.json").write_text("{}")  # what the command writes now
+    assert hand_over(top, since=start) >= 1
+    assert owner(top / "run" / "metadata.json") == (UID, GID, 0o644)
+
+
+@as_root
 def test_links_and_foreign_files_are_never_followed(tmp_path: Path, sudo: None) -> None:
     outside = tmp_path / "outside"
     (outside / "dir").mkdir(parents=True)
@@ -143,15 +160,22 @@ def test_the_lock_of_a_handed_over_folder_still_locks(tmp_path: Path, sudo: None
 
 @as_root
 def test_report_under_sudo_leaves_the_users_files(tmp_path: Path, sudo: None) -> None:
-    """`testbed report DIR` as a command: every file it wrote (report.html, figures) and
-    the bundles are the user's afterwards."""
+    """`testbed report DIR` as a command: every file it wrote (report.html, figures) is
+    the user's afterwards; what root made before it (here runs made without sudo) is
+    not the report's to give away."""
+    import time
+
     out = tmp_path / "out"
     run_sweep(plans()[:2], out, FakeRunner())
+    before = {p: owner(p) for p in out.rglob("*")}
+    time.sleep(2.5)  # the report command starts later than the runs' files were made
     res = CliRunner().invoke(app, ["report", str(out)], env={"SUDO_UID": str(UID),
                                                              "SUDO_GID": str(GID)})
     assert res.exit_code == 0, res.output
     assert (out / "report.html").is_file()
-    made = [out, *out.rglob("*")]
+    made = [out, out / "report.html", *(out / "figures").rglob("*")]
     assert {owner(p)[:2] for p in made} == {(UID, GID)}, \
         [p for p in made if owner(p)[:2] != (UID, GID)]
     assert all(owner(p)[2] in (0o644, 0o755) for p in made)
+    specs = sorted(out.glob("*/spec.toml"))
+    assert specs and all(owner(p) == before[p] and owner(p)[0] == 0 for p in specs)

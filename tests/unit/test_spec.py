@@ -310,10 +310,10 @@ def test_schedule_events_that_change_nothing_in_sequence_are_refused():
     assert str(err.value).splitlines() == [
         "s.toml: schedule[2]: link 'a' is already up at 1s (it starts up), so this event "
         "changes nothing; remove it",
-        "s.toml: schedule[1]: link 'a' is already down at 3s (schedule[0] took it down), "
-        "so this event changes nothing; remove it",
-        "s.toml: schedule[4]: changes link 'a' at 5s, as schedule[3] does; merge them into "
-        "one event or give them different times"]
+        "s.toml: schedule[1]: link 'a' is already down at 3s (the event at 2s took it "
+        "down), so this event changes nothing; remove it",
+        "s.toml: schedule[4]: changes link 'a' at 5s, as another event does at that time; "
+        "give them different times"]
     # up again with a new shape, and a later shape change: fine
     data["schedule"] = [{"at": "2s", "link": "a", "down": True},
                         {"at": "3s", "link": "a", "up": True, "bw": "2Mbit"},
