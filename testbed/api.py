@@ -294,7 +294,7 @@ def run(spec: str | Path, out: str | Path | None = None, overrides: Sequence[str
 
     started = time.time() - 1.0  # hand over only what this call made (`hand_over`)
     plans = plan_runs(Path(spec), list(overrides))
-    check_networks(plans, str(spec))  # every point's network, before anything runs
+    check_networks(plans, str(spec), override_labels(list(overrides)))  # before any run
     target = Path(out) if out is not None else Path("results") / plans[0].spec.name
     check_kernel_support(plans, labels=override_labels(list(overrides)))
     extra = {"command": f"testbed.api.run({str(spec)!r})", "spec_file": str(spec)}

@@ -114,7 +114,7 @@ def run_command(
     overrides = list(set_ or [])
     try:
         plans = plan_runs(spec, overrides)
-        check_networks(plans, str(spec))  # every point's network, before anything runs
+        check_networks(plans, str(spec), override_labels(overrides))  # before any run
         check_executor(executor, address, retries)
         remote = None if dry_run else make_executor(executor, address, retries)
     except TestbedError as exc:

@@ -208,15 +208,18 @@ def check_before_vm(plans: Sequence[RunPlan], labels: Mapping[str, str] | None =
         check_plans(plans, target.facts, labels)
 
 
-def check_networks(plans: Sequence[RunPlan], source: str = "") -> None:
+def check_networks(plans: Sequence[RunPlan], source: str = "",
+                   labels: Mapping[str, str] | None = None) -> None:
     """Plan every distinct sweep point's network (`testbed.plan.netplan.plan_network`)
     before anything runs, so that a point naming a link, interface or host its topology
     lacks is refused at once rather than when its run comes (after the runs before it).
 
     plans: the runs of one spec (repetitions of a point share its spec: planned once; a
     custom topology's runs are left out, as a dry run never imports its module);
-    source: the spec file, named in the message.  Raises `SpecError` naming the file,
-    the key and the swept values of the first point that cannot be planned.
+    source: the spec file, named in the message; labels: key path -> ``--set KEY`` for
+    keys set on the command line (`testbed.spec.sweep.override_labels`), named instead of
+    the file.  Raises `SpecError` naming the file (or ``--set KEY``), the key and the
+    swept values of the first point that cannot be planned.
     """
     from testbed.core.errors import SpecError
     from testbed.plan.netplan import plan_network
@@ -235,8 +238,17 @@ def check_networks(plans: Sequence[RunPlan], source: str = "") -> None:
             plan_network(plan)
         except InputError as exc:
             where = point_text(plan.params)
-            lines = [f"{source}: {line}" if source and not line.startswith(source) else line
-                     for line in str(exc).splitlines()]
+            lines = [_named(line, source, labels or {}) for line in str(exc).splitlines()]
             if where:
                 lines = [f"{line} (in the sweep point {where})" for line in lines]
             raise SpecError("\n".join(lines)) from None
+
+
+def _named(line: str, source: str, labels: Mapping[str, str]) -> str:
+    """A problem line prefixed with what the user wrote it in: ``--set KEY`` when its key
+    (or a key above it) came from the command line, else the spec file."""
+    key, sep, rest = line.partition(": ")
+    for shown, label in labels.items():
+        if sep and (key == shown or key.startswith((f"{shown}.", f"{shown}["))):
+            return f"{label}: {rest}" if key == shown else f"{label}: {key}: {rest}"
+    return f"{source}: {line}" if source and not line.startswith(source) else line

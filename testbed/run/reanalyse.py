@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from testbed.core import safefiles
-from testbed.core.errors import TestbedError, one_line
+from testbed.core.errors import InputError, TestbedError, one_line
 from testbed.results.bundle import DEFERRED, Bundle, locked
 from testbed.results.summary import take_analysis, write_summary
 
@@ -41,10 +41,16 @@ def reanalyse(runs: list[tuple[Path, list[str]]], analyze: Analyze) -> list[tupl
     out: list[tuple[str, bool]] = []
     for folder, items in by_folder.items():
         sweep = safefiles.file_in(folder, "summary.parquet") is not None
-        with locked(folder) if sweep else contextlib.nullcontext():
-            done = [_one(root, differs, analyze) for root, differs in items]
-            if sweep and any(ok for _line, ok in done):
-                write_summary(folder)
+        try:
+            with locked(folder) if sweep else contextlib.nullcontext():
+                done = [_one(root, differs, analyze) for root, differs in items]
+                if sweep and any(ok for _line, ok in done):
+                    write_summary(folder)
+        except InputError as exc:  # another command writes there: leave these runs be
+            if "is writing here" not in str(exc):
+                raise
+            done = [(f"{root.name}: not updated: a `testbed run` is writing into {folder}; "
+                     "run this again when it has ended", False) for root, _d in items]
         out += done
     return out
 

@@ -74,7 +74,7 @@ def plan_study(study: Path, variant: str, only: list[str] | None = None,
     study: the study folder; variant: quick | full; only: spec stems (default all);
     overrides: ``KEY=VALUE`` strings applied to every spec (``--set``).
     """
-    from testbed.spec.sweep import plan_runs
+    from testbed.spec.sweep import override_labels, plan_runs
 
     specs = study_specs(study, variant)
     if only:
@@ -87,7 +87,7 @@ def plan_study(study: Path, variant: str, only: list[str] | None = None,
 
     planned = {spec: plan_runs(spec, overrides or []) for spec in specs}
     for spec, plans in planned.items():  # every point's network, before anything runs
-        check_networks(plans, str(spec))
+        check_networks(plans, str(spec), override_labels(overrides or []))
     return planned
 
 

@@ -249,3 +249,13 @@ def test_a_dry_run_never_imports_a_custom_topology(tmp_path, monkeypatch):
     path.write_text(tomli_w.dumps(data))
     res = CliRunner().invoke(app, ["run", str(path), "--dry-run"])
     assert not marker.exists(), res.output
+
+
+def test_a_network_problem_from_a_set_value_names_the_set_key(spec, tmp_path):
+    """The network check named the spec file for a problem a --set value caused."""
+    res = CliRunner().invoke(app, ["run", str(spec), "--dry-run", "--set",
+                                   'capture.interfaces=["client-eth9"]'])
+    assert res.exit_code == 2, res.output
+    assert res.stderr.strip().splitlines() == [
+        "error: --set capture.interfaces: 'client-eth9' is not an interface of the captured "
+        "hosts (client, server) (in the sweep point transport.cc = \"reno\")"], res.stderr

@@ -141,3 +141,33 @@ def test_what_intake_refuses_is_named_by_the_path_given(tmp_path: Path) -> None:
     res = _testbed("verify", str(plain))
     assert res.returncode == 2
     assert res.stderr.strip() == f"error: {plain}: not a folder, .zip or .tar.gz", res.stderr
+
+
+def test_a_sweep_folder_in_use_is_left_alone(sweep: Path, tmp_path: Path) -> None:
+    """While a `testbed run` holds the folder's lock, the runs are not updated, with a
+    line saying so (the lock's own message told to 'use another --out')."""
+    from testbed.results.bundle import locked
+    from testbed.run.execute import analyze_run
+    from testbed.run.reanalyse import reanalyse
+
+    folder = tmp_path / "results"
+    shutil.copytree(sweep, folder)
+    _stale(folder / TCP_RUN)
+    before = (folder / TCP_RUN / "metrics" / "flows.parquet").read_bytes()
+    child = subprocess.Popen([sys.executable, "-c", "import sys, time\n"
+                              "from testbed.results.bundle import locked\n"
+                              f"with locked({str(folder)!r}):\n"
+                              "    print('held', flush=True); time.sleep(60)"],
+                             stdout=subprocess.PIPE, text=True, cwd=ROOT,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "held"
+        done = reanalyse([(folder / TCP_RUN, ["flows"])], analyze_run)
+    finally:
+        child.kill()
+        child.wait()
+    assert done == [(f"{TCP_RUN}: not updated: a `testbed run` is writing into {folder}; "
+                     "run this again when it has ended", False)]
+    assert (folder / TCP_RUN / "metrics" / "flows.parquet").read_bytes() == before
+    with locked(folder):  # free again
+        pass
