@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 P0_PATHS = Path(__file__).resolve().parent / "data" / "analysis" / "p0-paths"
@@ -29,4 +30,23 @@ def analysed_copy(dest: Path) -> Path:
     unpacked_copy(dest)
     for run in (MPTCP_RUN, TCP_RUN):
         analyze_bundle(dest / run)
+    return dest
+
+
+def finished_copy(dest: Path, analyze: Callable[[Path], dict]) -> Path:
+    """dest holding both runs as a run's end leaves them: analysed, the headline (from
+    analyze: `analyze_bundle`, or `analyze_run` with the fidelity verdict) stored in
+    metadata.json, the sha256 manifest and the file list written."""
+    from testbed.results.bundle import Bundle
+    from testbed.results.summary import take_analysis
+
+    analysed_copy(dest)
+    for name in (MPTCP_RUN, TCP_RUN):
+        bundle = Bundle(dest / name)
+        meta, _why = bundle.load_metadata()
+        assert meta is not None
+        take_analysis(meta, analyze(bundle.root))
+        bundle.write_sha256_manifest()  # as every run's end writes it
+        meta["files"] = bundle.manifest()
+        bundle.write_metadata(meta)
     return dest

@@ -175,12 +175,12 @@ def study(ctx: typer.Context,
                 typer.echo(f"report: {path}")
         raise typer.Exit(rc)
     failed = False
-    for d, target in zip(directories, targets, strict=True):
+    for d, target, study_plans in zip(directories, targets, planned, strict=True):
         try:
-            outcome = guarded(lambda d=d, target=target: st.run_study(
+            outcome = guarded(lambda d=d, target=target, study_plans=study_plans: st.run_study(
                 d, variant, target, only, fail_fast, reports=not no_report,
                 fresh_networks=fresh_networks, analyze=not defer_analysis,
-                overrides=overrides, executor=remote))
+                overrides=overrides, executor=remote, planned=study_plans))
         except KeyboardInterrupt:
             typer.echo(f"interrupted: finished runs are kept in {target}; run the same "
                        "command again to resume", err=True)

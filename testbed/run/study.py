@@ -96,7 +96,8 @@ def run_study(study: Path, variant: str = "quick", out: Path | None = None,
               reports: bool = True, fresh_networks: bool = False,
               analyze: bool = True, overrides: list[str] | None = None,
               progress: Progress | None = None,
-              executor: Executor | None = None) -> StudyOutcome:
+              executor: Executor | None = None,
+              planned: dict[Path, list[Any]] | None = None) -> StudyOutcome:
     """Run every spec of the study variant, then write the reports.
 
     study: the study folder; variant: quick | full; out: output folder;
@@ -110,7 +111,8 @@ def run_study(study: Path, variant: str = "quick", out: Path | None = None,
     spec's sweep reports (default: a progress bar per spec, `SweepProgress`); executor:
     where the runs happen (default: here, one after the other; a
     `testbed.run.cluster.executor.RayExecutor` sends them to a Ray cluster's nodes, which
-    check their own kernels).
+    check their own kernels); planned: what `plan_study` returned for these arguments,
+    when the caller has it already (planned here otherwise).
     """
     from functools import partial
 
@@ -126,7 +128,7 @@ def run_study(study: Path, variant: str = "quick", out: Path | None = None,
     outcome = StudyOutcome(out=out)
     # validate every spec before running anything: a typo in the last one should not
     # surface after twenty minutes of runs
-    plans = plan_study(study, variant, only, overrides)
+    plans = planned if planned is not None else plan_study(study, variant, only, overrides)
     if executor is None:
         check_kernel_support([p for ps in plans.values() for p in ps],
                              labels=override_labels(overrides or []))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from realruns import MPTCP_RUN, TCP_RUN, analysed_copy
+from realruns import MPTCP_RUN, TCP_RUN, finished_copy
 
 from testbed.grade.gradebook import grade_class
 from testbed.grade.rubric import load_assignment
@@ -28,19 +28,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The two runs analysed, their headline stored in metadata.json as a run's end does
     (the kept fixtures' metadata is trimmed to what the analysis reads)."""
     from analysis.bundle import analyze_bundle
-    from testbed.results.bundle import Bundle
-    from testbed.results.summary import take_analysis
 
-    out = analysed_copy(tmp_path_factory.mktemp("runs"))
-    for name in (MPTCP_RUN, TCP_RUN):
-        bundle = Bundle(out / name)
-        meta, _why = bundle.load_metadata()
-        assert meta is not None
-        take_analysis(meta, analyze_bundle(bundle.root))
-        bundle.write_sha256_manifest()  # as every run's end writes it
-        meta["files"] = bundle.manifest()
-        bundle.write_metadata(meta)
-    return out
+    return finished_copy(tmp_path_factory.mktemp("runs"), analyze_bundle)
 
 
 def _folder(dest: Path, runs: Path, *names: str) -> Path:

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from realruns import MPTCP_RUN, TCP_RUN, analysed_copy
+from realruns import MPTCP_RUN, TCP_RUN, finished_copy
 
 from testbed.results.bundle import Bundle
-from testbed.results.summary import take_analysis, write_summary
+from testbed.results.summary import write_summary
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -33,15 +33,7 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Both runs analysed as a run's end does, in a sweep folder with its summary."""
     from testbed.run.execute import analyze_run
 
-    out = analysed_copy(tmp_path_factory.mktemp("sweep"))
-    for name in (MPTCP_RUN, TCP_RUN):
-        bundle = Bundle(out / name)
-        meta, _why = bundle.load_metadata()
-        assert meta is not None
-        take_analysis(meta, analyze_run(bundle.root))
-        bundle.write_sha256_manifest()
-        meta["files"] = bundle.manifest()
-        bundle.write_metadata(meta)
+    out = finished_copy(tmp_path_factory.mktemp("sweep"), analyze_run)
     write_summary(out)
     return out
 
