@@ -22,6 +22,22 @@ if TYPE_CHECKING:
 RECORDED_NODE_PID = 0  # shown as ``mnexec -a 0``; no process is ever signalled by it
 
 
+def _address(ip: str | None) -> tuple[str | None, int | None]:
+    """``10.0.0.2/24`` -> (``10.0.0.2``, 24); no address -> (None, None)."""
+    if not ip:
+        return None, None
+    addr, _sep, plen = ip.partition("/")
+    return addr, int(plen) if plen else None
+
+
+def _default_intf(node: RecordedNode) -> RecordedIntf | None:
+    """The interface Mininet's ``defaultIntf`` names: the lowest port (``-ethN``)."""
+    def port(intf: RecordedIntf) -> int:
+        m = re.search(r"eth(\d+)$", intf.name)
+        return int(m.group(1)) if m else len(node.intfs)
+    return min(node.intfs, key=port, default=None)
+
+
 class RecordedIntf:
     """An interface: its name, its node, its IPv4 address (Mininet's ``IP()``) and
     prefix length (``prefixLen``)."""
@@ -29,8 +45,7 @@ class RecordedIntf:
     def __init__(self, name: str, node: RecordedNode, ip: str | None):
         self.name = name
         self.node = node
-        self._ip = ip.split("/")[0] if ip else None
-        self.prefixLen = int(ip.split("/")[1]) if ip and "/" in ip else None
+        self._ip, self.prefixLen = _address(ip)
 
     def IP(self) -> str | None:  # Mininet's spelling
         return self._ip
@@ -88,6 +103,11 @@ class RecordedMininet:
                 self.nameToNode[node].intfs.append(end)
                 ends.append(end)
             self.links.append(RecordedLink(ends[0], ends[1]))
+        for host in self.hosts:  # a host's own address goes on its default interface
+            default = _default_intf(host)
+            ip = topo.nodeInfo(host.name).get("ip")
+            if default is not None and ip and default.IP() is None:
+                default._ip, default.prefixLen = _address(ip)
 
     def start(self) -> None:
         """Nothing to start."""

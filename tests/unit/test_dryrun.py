@@ -72,3 +72,15 @@ def test_dry_run_never_imports_or_builds_a_custom_topology(tmp_path, monkeypatch
             "workload": [{"kind": "ping", "src": "h1", "dst": "h2"}]}
     runner = dry_run_commands(plan(data), tmp_path / "run")
     assert runner.transcript.entries == [] and not marker.exists()
+
+
+def test_dry_run_of_an_mptcp_fattree_sees_each_hosts_address(tmp_path):
+    """A fat-tree host's address is its node's, not its link's (Mininet puts it on the
+    default interface): the dry run of an MPTCP fat-tree failed with "MPTCP needs at least
+    one interface with an address" where the real run worked."""
+    mp = copy.deepcopy(FAT)
+    mp["transport"] = {"protocol": "mptcp"}
+    text = dry_run_commands(plan(mp), tmp_path).transcript.as_shell()
+    for host in ("S0", "S15"):
+        assert f"# in {host}: mnexec -a 0 sysctl -q -w net.mptcp.enabled=1" in text
+        assert f"# in {host}: mnexec -a 0 ip mptcp endpoint flush" in text
