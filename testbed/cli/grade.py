@@ -4,6 +4,7 @@ them to the typer app."""
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -52,31 +53,50 @@ def _named_as_given(exc: TestbedError, copy: Path, given: Path) -> TestbedError:
         return InputError(text)
 
 
-def check_cmd(assignment: str, bundle: Path) -> int:
-    """Print what would pass and fail; exit 0 when every check passes, else 1."""
+def check_cmd(assignment: str, bundles: Sequence[Path]) -> int:
+    """Print what would pass and fail; exit 0 when every check passes and the verification
+    finds nothing (grading would mark the submission ``flagged``), else 1.  bundles: one
+    or more results folders or bundles, checked together as one submission (an
+    assignment's specs may have run into different folders)."""
     import tempfile
 
     from testbed.grade.gradebook import grade_folder
     from testbed.grade.rubric import load_assignment
 
     a = load_assignment(assignment)
-    if not Path(bundle).exists():
-        raise InputError(f"{bundle}: no such folder; give the --out DIR of `testbed run` "
-                         "(or a run's bundle)")
+    for bundle in bundles:
+        if not Path(bundle).exists():
+            raise InputError(f"{bundle}: no such folder; give the --out DIR of `testbed "
+                             "run` (or a run's bundle)")
     with tempfile.TemporaryDirectory(prefix="testbed-check-") as tmp:
-        found = _taken_in(bundle, Path(tmp))
+        if len(bundles) == 1:
+            found = _taken_in(bundles[0], Path(tmp))
+            copies = {found: bundles[0]}
+        else:  # each under a folder of its own: two given folders may share a name
+            found = Path(tmp) / "all"
+            copies = {_taken_in(b, found / str(i)): b for i, b in enumerate(bundles)}
         res = grade_folder(found, Path(tmp) / "runs", a, "you", figures=False)
     if res.error:
-        raise InputError(f"{bundle}: {res.error.replace(str(found), str(bundle))}")
+        error = res.error
+        for copy, given in copies.items():
+            error = error.replace(str(copy), str(given))
+        raise InputError(error if len(bundles) > 1 else f"{bundles[0]}: {error}")
     for r in res.results:
         mark = "PASS" if r.passed else "FAIL"
         typer.echo(f"{mark} {r.check.name}: measured {r.measured_text() or 'nothing'}, "
                    f"expected {r.check.expected_text(reveal=False)}, "
                    f"{r.points:g}/{r.check.points:g} points: {r.feedback}")
+    flagged = res.verification is not None and not res.verification.ok
     if res.verification is not None:
         typer.echo(f"verification: {res.verification.summary()}")
     typer.echo(f"total: {res.points:g} of {a.max_points:g} points")
-    return 0 if all(r.passed for r in res.results) else 1
+    if flagged:
+        given = " ".join(str(b) for b in bundles)
+        typer.echo(f"grading would mark these results flagged for the instructor: "
+                   f"`testbed verify --assignment {assignment} DIR` names what differs in "
+                   f"each of {given}, and `testbed verify --update DIR` analyses runs again "
+                   "whose stored metrics an older analysis made")
+    return 0 if all(r.passed for r in res.results) and not flagged else 1
 
 
 def verify_cmd(bundle: Path, assignment: str | None, update: bool = False) -> int:
@@ -140,11 +160,12 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def check(assignment: Annotated[str, _ASSIGNMENT],
-              bundle: Annotated[Path, typer.Argument(
-                  metavar="DIR", help="Your results folder (--out DIR of testbed run).")]
+              bundles: Annotated[list[Path], typer.Argument(
+                  metavar="DIR", help="Your results folder (--out DIR of testbed run); "
+                  "several when the assignment's specs ran into different folders.")]
               ) -> None:
         """Run an assignment's checks on your results before handing them in."""
-        raise typer.Exit(guarded(lambda: check_cmd(assignment, bundle)))
+        raise typer.Exit(guarded(lambda: check_cmd(assignment, bundles)))
 
     @app.command()
     def grade(ctx: typer.Context,

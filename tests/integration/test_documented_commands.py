@@ -215,18 +215,30 @@ class Checker:
             self.fail(cmd, f"changed its inputs: {', '.join(changed)}")
 
     def on_folder(self, cmd: DocCommand) -> None:
-        """check / verify: the last word is the folder; exit 0, the input unchanged."""
-        where = self.folder(cmd, cmd.argv[-1])
-        if where is None:
-            return
-        before = _files(where)
-        res = self.testbed([*cmd.argv[1:-1], str(where)], timeout=900)
+        """check / verify: every word that is neither an option nor an option's value is a
+        folder; exit 0, the inputs unchanged."""
+        args, inputs, words = [cmd.argv[1]], [], list(cmd.argv[2:])
+        while words:
+            word = words.pop(0)
+            if word.startswith("-"):
+                args.append(word)
+                if word in ("--assignment", "-a") and words:
+                    args.append(words.pop(0))
+                continue
+            where = self.folder(cmd, word)
+            if where is None:
+                return
+            args.append(str(where))
+            inputs.append(where)
+        before = [_files(f) for f in inputs]
+        res = self.testbed(args, timeout=900)
         self.executed += 1
         if res.returncode != 0:
             self.fail(cmd, f"exit {res.returncode}: "
                       f"{(res.stderr or res.stdout).strip()[-400:]}")
-        if _files(where) != before:
-            self.fail(cmd, f"changed its input {where}")
+        changed = [str(f) for f, b in zip(inputs, before, strict=True) if _files(f) != b]
+        if changed:
+            self.fail(cmd, f"changed its inputs: {', '.join(changed)}")
 
     def doctor(self, cmd: DocCommand) -> None:
         res = self.testbed(list(cmd.argv[1:]), timeout=120)

@@ -177,6 +177,59 @@ def test_check_prints_every_check_and_hides_hidden_values(runs: Path) -> None:
     assert lines[-1] == f"total: {FULL:g} of {FULL:g} points"
 
 
+def test_check_exits_1_when_grading_would_flag_the_results(runs: Path, tmp_path: Path
+                                                            ) -> None:
+    """Every check passes, but a spec was edited after its run: grading would mark the
+    submission flagged, so `testbed check` must not say all is well (it exited 0)."""
+    import os
+    import subprocess
+    import sys
+
+    mine = shutil.copytree(runs, tmp_path / "mine")
+    spec = mine / TCP_RUN / "spec.toml"
+    spec.write_text(spec.read_text() + "# tidied up afterwards\n")
+    root = Path(__file__).resolve().parents[3]
+    res = subprocess.run([sys.executable, "-m", "testbed.cli", "check", "--assignment",
+                          "p0_mptcp_gain", str(mine)], capture_output=True, text=True,
+                         cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, timeout=600)
+    assert res.returncode == 1, (res.stdout, res.stderr)
+    lines = res.stdout.splitlines()
+    assert all(line.startswith("PASS") for line in lines[:5]), res.stdout
+    assert "spec.toml: changed since the run recorded it" in res.stdout
+    assert lines[-1].startswith("grading would mark these results flagged"), lines[-1]
+    assert "`testbed verify --assignment p0_mptcp_gain DIR`" in lines[-1]
+    assert f"each of {mine}," in lines[-1]
+
+
+def test_check_takes_the_assignments_folders_together(runs: Path, tmp_path: Path) -> None:
+    """An assignment's specs may have run into different folders (a study writes one per
+    spec): `testbed check` takes several and checks them as one submission."""
+    import os
+    import subprocess
+    import sys
+
+    split = [tmp_path / "a", tmp_path / "b" / "a"]  # two folders of one name
+    for folder, name in zip(split, (MPTCP_RUN, TCP_RUN), strict=True):
+        shutil.copytree(runs / name, folder / name)
+    root = Path(__file__).resolve().parents[3]
+
+    def check(*folders: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "testbed.cli", "check", "--assignment",
+                               "p0_mptcp_gain", *map(str, folders)], capture_output=True,
+                              text=True, cwd=root, timeout=600,
+                              env={**os.environ, "PYTHONPATH": str(root)})
+
+    both = check(*split)
+    assert both.returncode == 0, (both.stdout, both.stderr)
+    assert both.stdout.splitlines()[-1] == f"total: {FULL:g} of {FULL:g} points"
+    one = check(split[0])
+    assert one.returncode == 1 and "FAIL tcp-wifi-run" in one.stdout, one.stdout
+    twice = check(split[0], split[0])  # one run id twice
+    assert twice.returncode == 2 and f"two bundles named {MPTCP_RUN}" in twice.stderr, \
+        twice.stderr
+    assert "testbed-check-" not in twice.stderr
+
+
 def test_an_out_folder_that_holds_anything_is_refused(tmp_path: Path) -> None:
     """A second grading into the same --out replaced gradebook.csv and left the first
     class's student pages beside the new index; now nothing is written."""
