@@ -185,6 +185,23 @@ class Checker:
                       f"{'written' if made.is_file() else 'missing'}: "
                       f"{res.stderr.strip()[-300:]}")
 
+    def take_folder(self, cmd: DocCommand, word: str, args: list[str],
+                    inputs: list[Path]) -> bool:
+        """Add the real folder word stands for to args and inputs; False (the failure
+        noted) when it stands for none."""
+        where = self.folder(cmd, word)
+        if where is None:
+            return False
+        args.append(str(where))
+        inputs.append(where)
+        return True
+
+    def same_inputs(self, cmd: DocCommand, inputs: list[Path],
+                    before: list[dict[str, tuple[int, int]]]) -> None:
+        changed = [str(f) for f, b in zip(inputs, before, strict=True) if _files(f) != b]
+        if changed:
+            self.fail(cmd, f"changed its inputs: {', '.join(changed)}")
+
     def compare(self, cmd: DocCommand) -> None:
         args, inputs, words = ["compare"], [], list(cmd.argv[2:])
         while words:
@@ -196,11 +213,8 @@ class Checker:
                 if opt != "--out":
                     args += [opt, value]
                 continue
-            where = self.folder(cmd, word)
-            if where is None:
+            if not self.take_folder(cmd, word, args, inputs):
                 return
-            args.append(str(where))
-            inputs.append(where)
         out = self.tmp / f"compare-{self.executed}"
         before = [_files(f) for f in inputs]
         res = self.testbed([*args, "--out", str(out)], timeout=300)
@@ -210,9 +224,7 @@ class Checker:
             self.fail(cmd, f"exit {res.returncode}, compare.html "
                       f"{'written' if page.is_file() else 'missing'}: "
                       f"{res.stderr.strip()[-300:]}")
-        changed = [str(f) for f, b in zip(inputs, before, strict=True) if _files(f) != b]
-        if changed:
-            self.fail(cmd, f"changed its inputs: {', '.join(changed)}")
+        self.same_inputs(cmd, inputs, before)
 
     def on_folder(self, cmd: DocCommand) -> None:
         """check / verify: every word that is neither an option nor an option's value is a
@@ -225,20 +237,15 @@ class Checker:
                 if word in ("--assignment", "-a") and words:
                     args.append(words.pop(0))
                 continue
-            where = self.folder(cmd, word)
-            if where is None:
+            if not self.take_folder(cmd, word, args, inputs):
                 return
-            args.append(str(where))
-            inputs.append(where)
         before = [_files(f) for f in inputs]
         res = self.testbed(args, timeout=900)
         self.executed += 1
         if res.returncode != 0:
             self.fail(cmd, f"exit {res.returncode}: "
                       f"{(res.stderr or res.stdout).strip()[-400:]}")
-        changed = [str(f) for f, b in zip(inputs, before, strict=True) if _files(f) != b]
-        if changed:
-            self.fail(cmd, f"changed its inputs: {', '.join(changed)}")
+        self.same_inputs(cmd, inputs, before)
 
     def doctor(self, cmd: DocCommand) -> None:
         res = self.testbed(list(cmd.argv[1:]), timeout=120)
