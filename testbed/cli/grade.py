@@ -20,7 +20,8 @@ _ASSIGNMENT = typer.Option("--assignment", "-a", metavar="NAME",
                            help="An assignment of experiments/assignments, or its folder.")
 
 
-def _taken_in(path: Path, tmp: Path) -> Path:
+def _taken_in(path: Path, tmp: Path, prefix: str = "") -> Path:
+    """path copied (or extracted) into tmp/in/<prefix><its name>; returns that folder."""
     from testbed.grade.intake import Entry, IntakeError, take_in
 
     # under its own name: a single bundle given is found as itself, and its folder's name
@@ -32,7 +33,7 @@ def _taken_in(path: Path, tmp: Path) -> Path:
             break
     name = name or "in"
     try:
-        return take_in(Entry("bundle", path), tmp / "in" / name)
+        return take_in(Entry("bundle", path), tmp / "in" / f"{prefix}{name}")
     except IntakeError as exc:  # named inside what was given: name what was given too
         text = str(exc)
         given = str(path)
@@ -72,9 +73,10 @@ def check_cmd(assignment: str, bundles: Sequence[Path]) -> int:
         if len(bundles) == 1:
             found = _taken_in(bundles[0], Path(tmp))
             copies = {found: bundles[0]}
-        else:  # each under a folder of its own: two given folders may share a name
-            found = Path(tmp) / "all"
-            copies = {_taken_in(b, found / str(i)): b for i, b in enumerate(bundles)}
+        else:  # side by side, numbered (two given folders may share a name), one level
+            # down: bundles nested as deep under each as under a single folder but one
+            copies = {_taken_in(b, Path(tmp), f"{i}-"): b for i, b in enumerate(bundles)}
+            found = Path(tmp) / "in"
         res = grade_folder(found, Path(tmp) / "runs", a, "you", figures=False)
     if res.error:
         error = res.error

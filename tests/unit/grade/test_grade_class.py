@@ -209,8 +209,9 @@ def test_check_takes_the_assignments_folders_together(runs: Path, tmp_path: Path
     import sys
 
     split = [tmp_path / "a", tmp_path / "b" / "a"]  # two folders of one name
-    for folder, name in zip(split, (MPTCP_RUN, TCP_RUN), strict=True):
-        shutil.copytree(runs / name, folder / name)
+    shutil.copytree(runs / MPTCP_RUN, split[0] / MPTCP_RUN)
+    # a study's output: a folder per spec, the runs inside
+    shutil.copytree(runs / TCP_RUN, split[1] / "paths" / TCP_RUN)
     root = Path(__file__).resolve().parents[3]
 
     def check(*folders: Path) -> subprocess.CompletedProcess[str]:
