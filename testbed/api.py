@@ -294,9 +294,10 @@ def run(spec: str | Path, out: str | Path | None = None, overrides: Sequence[str
 
     started = time.time() - 1.0  # hand over only what this call made (`hand_over`)
     plans = plan_runs(Path(spec), list(overrides))
-    check_networks(plans, str(spec), override_labels(list(overrides)))  # before any run
+    labels = override_labels(list(overrides))
+    check_networks(plans, str(spec), labels)  # every point's network, before any run
     target = Path(out) if out is not None else Path("results") / plans[0].spec.name
-    check_kernel_support(plans, labels=override_labels(list(overrides)))
+    check_kernel_support(plans, labels=labels)
     extra = {"command": f"testbed.api.run({str(spec)!r})", "spec_file": str(spec)}
     try:
         with NetworkKeeper(keep=not fresh_networks, state_dir=target) as keeper:

@@ -356,6 +356,10 @@ def open_lock_file(path: Path) -> int:
     return fd
 
 
+class FolderBusy(InputError):
+    """`locked`: another command holds the folder's lock."""
+
+
 @contextlib.contextmanager
 def locked(out: Path) -> Iterator[None]:
     """Hold an exclusive lock on DIR so that two sweeps never write into it at once.
@@ -376,7 +380,7 @@ def locked(out: Path) -> Iterator[None]:
         except BlockingIOError:
             f.seek(0)
             holder = f.read(32).strip() or "?"
-            raise InputError(f"{out}: another `testbed run` (pid {holder!r}) is writing here; "
+            raise FolderBusy(f"{out}: another `testbed run` (pid {holder!r}) is writing here; "
                              "wait for it or use another --out") from None
         f.seek(0)
         f.truncate()

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from testbed.core import safefiles
-from testbed.core.errors import InputError, TestbedError, one_line
-from testbed.results.bundle import DEFERRED, Bundle, locked
+from testbed.core.errors import TestbedError, one_line
+from testbed.results.bundle import DEFERRED, Bundle, FolderBusy, locked
 from testbed.results.summary import take_analysis, write_summary
 
 Analyze = Callable[[Path], dict[str, Any]]  # `testbed.run.execute.analyze_run`
@@ -46,9 +46,7 @@ def reanalyse(runs: list[tuple[Path, list[str]]], analyze: Analyze) -> list[tupl
                 done = [_one(root, differs, analyze) for root, differs in items]
                 if sweep and any(ok for _line, ok in done):
                     write_summary(folder)
-        except InputError as exc:  # another command writes there: leave these runs be
-            if "is writing here" not in str(exc):
-                raise
+        except FolderBusy:  # another command writes there: leave these runs be
             done = [(f"{root.name}: not updated: a `testbed run` is writing into {folder}; "
                      "run this again when it has ended", False) for root, _d in items]
         out += done
