@@ -46,6 +46,9 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,6 +67,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.reproduction]
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DIR = ("p0_wifi_3g-quick", "heavy_load")  # what DIR stands for
+WORKERS = 3  # documented commands run at a time (each mostly a Python process starting)
 _INTO = re.compile(r"^\d+ run\(s\) into (\S+)", re.M)
 _STUDY_HEAD = re.compile(r"^== (\S+) \((\w+)\): (\S+)$", re.M)
 
@@ -89,6 +93,19 @@ class Checker:
     written: dict[str, Path] = field(default_factory=dict)  # default folder -> bundles
     _help: dict[str, str] = field(default_factory=dict)
     executed: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _names: int = 0
+
+    def ran(self) -> None:
+        """Count one more command executed (commands run in parallel: `_each`)."""
+        with self._lock:
+            self.executed += 1
+
+    def fresh(self, stem: str) -> Path:
+        """A temporary path no other command uses."""
+        with self._lock:
+            self._names += 1
+            return self.tmp / f"{stem}-{self._names}"
 
     def fail(self, cmd: DocCommand, why: str) -> None:
         self.problems.append(f"{cmd.where}: `{cmd.text[:120]}`: {why}")
@@ -119,7 +136,7 @@ class Checker:
         if "--dry-run" not in args:
             args.append("--dry-run")
         res = self.testbed(args)
-        self.executed += 1
+        self.ran()
         if res.returncode != 0:
             self.fail(cmd, f"dry run exit {res.returncode}: "
                       f"{(res.stderr or res.stdout).strip()[-300:]}")
@@ -159,7 +176,7 @@ class Checker:
         if where is None:
             return
         res = self.testbed(["query", str(where), *cmd.argv[3:], "--csv"], timeout=120)
-        self.executed += 1
+        self.ran()
         rows = [r for r in res.stdout.splitlines() if r.strip()]
         if res.returncode != 0:
             self.fail(cmd, f"exit {res.returncode}: {res.stderr.strip()[-300:]}")
@@ -170,15 +187,15 @@ class Checker:
         where = self.folder(cmd, cmd.argv[2]) if len(cmd.argv) > 2 else None
         if where is None:
             return
-        copy = self.tmp / f"report-{self.executed}"
+        copy = self.fresh("report")
         shutil.copytree(where, copy, symlinks=True)
         args = ["report", str(copy)]
         out = None
         if "--out" in cmd.argv:
-            out = self.tmp / f"report-{self.executed}.html"
+            out = copy.with_suffix(".html")
             args += ["--out", str(out)]
         res = self.testbed(args, timeout=600)
-        self.executed += 1
+        self.ran()
         made = out if out else copy / "report.html"
         if res.returncode != 0 or not made.is_file() or made.stat().st_size == 0:
             self.fail(cmd, f"exit {res.returncode}, {made.name} "
@@ -215,10 +232,10 @@ class Checker:
                 continue
             if not self.take_folder(cmd, word, args, inputs):
                 return
-        out = self.tmp / f"compare-{self.executed}"
+        out = self.fresh("compare")
         before = [_files(f) for f in inputs]
         res = self.testbed([*args, "--out", str(out)], timeout=300)
-        self.executed += 1
+        self.ran()
         page = out / "compare.html"
         if res.returncode != 0 or not page.is_file() or page.stat().st_size == 0:
             self.fail(cmd, f"exit {res.returncode}, compare.html "
@@ -241,7 +258,7 @@ class Checker:
                 return
         before = [_files(f) for f in inputs]
         res = self.testbed(args, timeout=900)
-        self.executed += 1
+        self.ran()
         if res.returncode != 0:
             self.fail(cmd, f"exit {res.returncode}: "
                       f"{(res.stderr or res.stdout).strip()[-400:]}")
@@ -249,7 +266,7 @@ class Checker:
 
     def doctor(self, cmd: DocCommand) -> None:
         res = self.testbed(list(cmd.argv[1:]), timeout=120)
-        self.executed += 1
+        self.ran()
         if res.returncode not in (0, 1) or not res.stdout.strip():
             self.fail(cmd, f"exit {res.returncode}: {res.stderr.strip()[-300:]}")
 
@@ -262,7 +279,7 @@ class Checker:
         if Path(inner[0]).name.startswith("python") and len(inner) > 1:
             res = subprocess.run([sys.executable, *inner[1:], "--help"], cwd=ROOT,
                                  capture_output=True, text=True, timeout=60)
-            self.executed += 1
+            self.ran()
             if res.returncode != 0:
                 self.fail(cmd, f"{' '.join(inner[1:])} --help: exit {res.returncode}: "
                           f"{res.stderr.strip()[-300:]}")
@@ -270,24 +287,29 @@ class Checker:
                 self.fail(cmd, f"{inner[1]} --help names no {unknown[0]}")
 
     def check(self, cmds: list[DocCommand]) -> None:
-        """Dry runs first (they say which folders the commands write), then the rest."""
+        """Dry runs first (they say which folders the commands write), then the rest.
+
+        Each group runs a few commands at a time (each is a process of its own, mostly
+        Python starting): none of them changes a folder another reads (reports run on
+        copies; check, verify and compare must leave their inputs as they were)."""
         concrete = [c for c in cmds if c.runnable]
         for cmd in cmds:
             if not cmd.runnable:
                 self.check_usage(cmd)
-        for cmd in concrete:
-            if cmd.sub in ("run", "study"):
-                self.dry_run(cmd)
-        for cmd in concrete:
-            action = {"query": self.query, "report": self.report, "compare": self.compare,
-                      "doctor": self.doctor, "vm": self.vm,
-                      "check": self.on_folder, "verify": self.on_folder}.get(cmd.sub)
-            if cmd.sub in ("run", "study"):
-                continue
-            if action is None:
+        self._each(self.dry_run, [c for c in concrete if c.sub in ("run", "study")])
+        actions = {"query": self.query, "report": self.report, "compare": self.compare,
+                   "doctor": self.doctor, "vm": self.vm,
+                   "check": self.on_folder, "verify": self.on_folder}
+        rest = [c for c in concrete if c.sub not in ("run", "study")]
+        for cmd in rest:
+            if cmd.sub not in actions:
                 self.fail(cmd, f"no rule to run `testbed {cmd.sub}` (add one here)")
-            else:
-                action(cmd)
+        self._each(lambda c: actions[c.sub](c), [c for c in rest if c.sub in actions])
+
+    def _each(self, action: Callable[[DocCommand], None], cmds: list[DocCommand]) -> None:
+        """action on every command, WORKERS at a time."""
+        with ThreadPoolExecutor(WORKERS) as pool:
+            list(pool.map(action, cmds))
 
 
 @pytest.fixture(scope="module")
