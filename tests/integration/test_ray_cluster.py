@@ -10,6 +10,13 @@ SIGKILL, by pid) while the sweep is under way.  Then: every run's bundle is comp
 same run ids and the same files per bundle as the same sweep run locally, and a summary
 of the same shape; each bundle's metadata names the node it ran on.
 
+The local sweep comes first, and is also the check of ``testbed run --out /tmp/...``
+from this machine: where the kernel lacks features, `testbed run` re-runs itself inside
+`testbed vm`, whose /tmp is a private overlay; the results folder is shared into the VM
+so the bundles reach this machine, and the last line names where they are.  (Where
+native runs are possible the same command runs here, and the same must hold.)  That part
+runs without Ray too.
+
 CI runs it with the host integration tests (scripts/test), not inside the VM: a Ray
 cluster does not come up under the VM's software emulation (docs/cluster.md).
 
@@ -99,9 +106,16 @@ def _statuses(out: Path) -> dict[str, str]:
     return found
 
 
-def test_ray_sweep_survives_a_dead_worker(tmp_path):
-    pytest.importorskip("ray", reason="Ray is not installed (scripts/install --cluster)")
-    from testbed.run.cluster.localcluster import LocalCluster
+@pytest.fixture
+def tmp_out():
+    """A folder under /tmp whatever pytest's --basetemp (the VM's /tmp is its own: the
+    module docstring), removed afterwards."""
+    folder = Path(tempfile.mkdtemp(prefix="testbed-out-", dir="/tmp"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_ray_sweep_survives_a_dead_worker(tmp_path, tmp_out):
     from testbed.run.cluster.node import node_mode
 
     mode, lacks = node_mode()
@@ -109,7 +123,8 @@ def test_ray_sweep_survives_a_dead_worker(tmp_path):
 
     spec = tmp_path / "spec.toml"
     spec.write_text(SPEC)
-    local, remote = tmp_path / "local", tmp_path / "ray"
+    remote = tmp_path / "ray"
+    local = tmp_out / "local"
     # under /var/tmp, as the nodes' default scratch folder is: the VM's init mounts a
     # fresh tmpfs there, so a run's folder must be shared with the VM explicitly
     scratch = Path(tempfile.mkdtemp(prefix="tbscratch", dir="/var/tmp")) / "scratch"
@@ -119,6 +134,15 @@ def test_ray_sweep_survives_a_dead_worker(tmp_path):
                          capture_output=True, text=True, env=_env(), cwd=REPO, timeout=1800)
     assert res.returncode == 0, res.stderr[-3000:]
     t_local = time.time() - t
+    # --out under /tmp: the bundles reached this machine, and the last line says where
+    assert _statuses(local) == {k: "complete" for k in _statuses(local)}, _statuses(local)
+    assert len(_statuses(local)) == 2 and (local / "summary.parquet").is_file()
+    last = res.stderr.strip().splitlines()[-1]
+    assert f"results in {local}" in last or f"results in {local.resolve()}" in last, last
+    assert "private to the VM" not in res.stderr
+
+    pytest.importorskip("ray", reason="Ray is not installed (scripts/install --cluster)")
+    from testbed.run.cluster.localcluster import LocalCluster
 
     # a short private folder: Ray's Unix socket paths must stay under 108 bytes
     ray_tmp = Path(tempfile.mkdtemp(prefix="tbray", dir="/tmp"))
