@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import socket
+import struct
 import threading
 import time
 from pathlib import Path
@@ -158,6 +159,27 @@ def test_a_run_long_flow_on_a_stalled_path_ends_with_the_run(monkeypatch) -> Non
     assert rec["error"] is None and rec["bytes_received"] is None and rec["bytes"] > 0
     assert "ended with the run" in rec["note"] and rec["fct_s"] is None
     assert took < flowsockets.REPLY_GRACE_S / 2
+
+
+def test_the_grace_for_the_servers_count_starts_when_the_run_stops(monkeypatch) -> None:
+    """Once the run has stopped, the wait for the server's count lasts the grace, not the
+    grace after the socket's next receive timeout (it used to: up to `POLL_S` more at the
+    end of every run).  A receive timeout far longer than the grace shows which."""
+    monkeypatch.setattr(flowclient, "POLL_S", 30.0)
+    a, b = socket.socketpair()
+    with a, b:
+        a.settimeout(30.0)  # as the flow's socket has it: POLL_S
+        stop = threading.Event()
+        stop.set()
+        t = time.time()
+        with pytest.raises(flowclient.Interrupted):
+            flowclient._read_reply(a, stop, grace=0.3)
+        assert time.time() - t < 15.0  # not a receive timeout: b never writes
+        b.sendall(struct.pack("!Q", 7))  # and before the grace ends, a reply is read
+        b.shutdown(socket.SHUT_WR)
+        stop2 = threading.Event()
+        stop2.set()
+        assert flowclient._read_reply(a, stop2, grace=5.0) == struct.pack("!Q", 7)
 
 
 def test_a_connection_still_receiving_when_the_run_stops_writes_its_record(

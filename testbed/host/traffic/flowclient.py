@@ -70,16 +70,23 @@ def _send_stream(s: socket.socket, flow: FlowSpec, rec: dict[str, Any],
 
 def _read_reply(s: socket.socket, stop: threading.Event,
                 grace: float = REPLY_GRACE_S) -> bytes:
+    """The server's reply, read until it closes; once stop is set, for grace seconds more
+    at most (counted from the first look at stop that finds it set, to within 50 ms; not
+    from the next receive timeout, which added up to `POLL_S` to every run's end), then
+    `Interrupted`."""
     reply = b""
     grace_end = None
     while True:
+        if grace_end is None and stop.is_set():
+            grace_end = time.time() + grace
+        if grace_end is not None:
+            left = grace_end - time.time()
+            if left <= 0:
+                raise Interrupted
+            s.settimeout(min(POLL_S, max(left, 0.05)))
         try:
             got = s.recv(64)
         except TimeoutError:
-            if stop.is_set():
-                grace_end = grace_end or time.time() + grace
-                if time.time() > grace_end:
-                    raise Interrupted from None
             continue
         if not got:
             return reply
