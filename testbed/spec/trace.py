@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,19 +46,28 @@ from testbed.spec.quantities import USER_TEXT, Duration
 MAX_TRACE_BYTES = 1 << 20  # 1 MiB: some 30 000 rows, far more than a run plays
 MAX_TRACE_ROWS = 10_000
 
+def _number(cell: str, times: float = 1.0, per: float = 1.0) -> float:
+    """A plain-number cell times ``times`` divided by ``per``; ValueError for text that
+    is no finite number (``inf``, ``nan``, ``1e400``)."""
+    value = float(cell) * times / per
+    if not math.isfinite(value):
+        raise ValueError(cell)
+    return value
+
+
 # column -> (the ScheduleEvent field it sets, its cell in base units)
 _TRACE_COLUMNS: dict[str, tuple[str, Callable[[str], int | float]]] = {
     "time": ("at", parse_duration),
-    "time_s": ("at", float),
+    "time_s": ("at", _number),
     "bw": ("bw", parse_rate),
-    "bw_mbit": ("bw", lambda v: round(float(v) * 1e6)),
-    "bw_kbit": ("bw", lambda v: round(float(v) * 1e3)),
+    "bw_mbit": ("bw", lambda v: round(_number(v, 1e6))),
+    "bw_kbit": ("bw", lambda v: round(_number(v, 1e3))),
     "delay": ("delay", parse_duration),
-    "delay_ms": ("delay", lambda v: float(v) / 1e3),
+    "delay_ms": ("delay", lambda v: _number(v, per=1e3)),
     "jitter": ("jitter", parse_duration),
-    "jitter_ms": ("jitter", lambda v: float(v) / 1e3),
+    "jitter_ms": ("jitter", lambda v: _number(v, per=1e3)),
     "loss": ("loss", parse_percent),
-    "loss_pct": ("loss", float),
+    "loss_pct": ("loss", _number),
 }
 
 
@@ -117,7 +127,7 @@ def trace_rows(stream: TextIO, link: str, source: str = "trace"
             except InputError as exc:
                 raise SpecError(f"{where}: column {name!r}: {exc}") from None
             except ValueError:
-                raise SpecError(f"{where}: column {name!r} has {cell!r}: not a number") \
+                raise SpecError(f"{where}: column {name!r} has {cell!r}: not a finite number") \
                     from None
             cells[fld] = (name, cell)
         if "at" not in values:

@@ -47,6 +47,12 @@ def test_a_byte_order_mark_is_not_part_of_the_first_column(tmp_path: Path) -> No
     ("time,bw\n1s\n", "1 cells"),
     ("time,bw\n1s,20Gbit\n", "row 2: column 'bw' has '20Gbit': 20000000000 is out of range"),
     ("time_s,loss_pct\n1,150\n", "row 2: column 'loss_pct' has '150': 150.0 is too large"),
+    # no finite number (these crashed the check with OverflowError)
+    ("time_s,bw_mbit\n0,inf\n", "row 2: column 'bw_mbit' has 'inf': not a finite number"),
+    ("time_s,bw_kbit\n0,1e400\n", "column 'bw_kbit' has '1e400': not a finite number"),
+    ("time_s,bw_mbit\n0,nan\n", "column 'bw_mbit' has 'nan': not a finite number"),
+    ("time_s,delay_ms\n0,-inf\n", "column 'delay_ms' has '-inf': not a finite number"),
+    ("time_s,bw_mbit\ninf,1\n", "column 'time_s' has 'inf': not a finite number"),
 ])
 def test_bad_traces(text: str, words: str) -> None:
     with pytest.raises(InputError, match=None) as err:
