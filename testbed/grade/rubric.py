@@ -47,7 +47,10 @@ class AssignmentError(InputError):
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    # strict: ``points = "1"`` or ``hidden = "off"`` is refused, not converted (a hidden
+    # check read as shown would give its expected value away); no inf or nan anywhere
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True,
+                              strict=True, allow_inf_nan=False)
 
 
 class SpecPart(_Model):
@@ -79,6 +82,8 @@ class Check(_Model):
             raise ValueError("give either expected (with tolerance) or min/max, not both")
         if self.min is not None and self.max is not None and self.min > self.max:
             raise ValueError(f"min {self.min} is above max {self.max}")
+        if has_range and (self.relative or self.tolerance):
+            raise ValueError("tolerance and relative go with expected, not with min/max")
         return self
 
     def bounds(self) -> tuple[float, float]:

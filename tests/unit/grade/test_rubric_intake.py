@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -66,6 +67,27 @@ def test_rubric_needs_expected_or_range_and_known_fixed_keys(tmp_path: Path) -> 
     (folder / "rubric.toml").write_text('title = "t"\n[[spec]]\nfile = "paths.toml"\n'
                                         'fixed = ["topology.pathz"]\n' + GOOD_CHECK)
     with pytest.raises(AssignmentError, match=r"topology\.pathz"):
+        load_assignment(str(folder))
+
+
+@pytest.mark.parametrize("old,new,where", [
+    ("points = 1\n", "points = 1e400\n", "check[0].points"),   # inf: grade crashed
+    ("expected = 1\n", "expected = nan\n", "check[0].expected"),
+    ("expected = 1\n", "expected = inf\n", "check[0].expected"),
+    ("points = 1\n", 'points = "1"\n', "check[0].points"),     # a string, not a number
+    ('fail = "no"\n', 'fail = "no"\nhidden = "off"\n', "check[0].hidden"),  # was: shown
+    ("expected = 1\n", "min = 0\nmax = 2\nrelative = true\n", "go with expected"),
+    ("expected = 1\n", "min = 0\ntolerance = 0.5\n", "go with expected"),
+])
+def test_rubric_values_are_finite_and_of_their_type(tmp_path: Path, old: str, new: str,
+                                                     where: str) -> None:
+    """A rubric value that is no finite number, of another type, or a tolerance beside a
+    range is one line and exit 2 (`testbed grade` crashed on points = 1e400, and read
+    hidden = "off" as false)."""
+    assert old in GOOD_CHECK
+    folder = _assignment(tmp_path, 'title = "t"\n[[spec]]\nfile = "paths.toml"\n'
+                         + GOOD_CHECK.replace(old, new))
+    with pytest.raises(AssignmentError, match=re.escape(where)):
         load_assignment(str(folder))
 
 
