@@ -178,10 +178,10 @@ def register(app: typer.Typer) -> None:
               out: Annotated[Path, typer.Option("--out", "-o", metavar="DIR",
                                                 help="Where the gradebook and pages go.")],
               max_mb: Annotated[int, typer.Option(
-                  "--max-mb", metavar="N", help="Refuse a submission larger than N MB "
+                  "--max-mb", metavar="N", min=1, help="Refuse a submission larger than N MB "
                   "once extracted.")] = 1024,
               max_files: Annotated[int, typer.Option(
-                  "--max-files", metavar="N", help="Refuse a submission of more than N "
+                  "--max-files", metavar="N", min=1, help="Refuse a submission of more than N "
                   "files.")] = 5000,
               jobs: Annotated[int, typer.Option(
                   "--jobs", "-j", metavar="N", min=0,

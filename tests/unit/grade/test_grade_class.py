@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import shutil
+import subprocess
+import sys
 import tarfile
 import zipfile
 from pathlib import Path
@@ -19,6 +22,8 @@ from realruns import MPTCP_RUN, TCP_RUN, finished_copy
 from testbed.grade.gradebook import grade_class
 from testbed.grade.rubric import load_assignment
 from testbed.results.bundle import Bundle
+
+ROOT = Path(__file__).resolve().parents[3]
 
 FULL = 8.0
 
@@ -249,6 +254,22 @@ def test_an_out_folder_that_holds_anything_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="inside the submissions folder"):
         check_out(subs / "o", subs)
     assert (out / "gradebook.csv").read_text().startswith("student,check")
+
+
+@pytest.mark.parametrize("option", [["--max-mb", "0"], ["--max-files", "-1"],
+                                    ["--jobs", "-1"]])
+def test_a_limit_below_one_is_refused_before_grading(tmp_path: Path, option: list[str]
+                                                     ) -> None:
+    """--max-mb 0 or --max-files -1 graded every student zero ("submission refused"),
+    exit 0; now the option is refused, exit 2, and nothing is written."""
+    subs, out = tmp_path / "subs", tmp_path / "out"
+    (subs / "alice").mkdir(parents=True)
+    res = subprocess.run([sys.executable, "-m", "testbed.cli", "grade", str(subs),
+                          "--assignment", "p2_cc", "--out", str(out), *option],
+                         capture_output=True, text=True, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert option[0] in res.stderr and not out.exists()
 
 
 def test_a_missing_value_stored_either_way_is_the_same() -> None:
