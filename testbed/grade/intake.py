@@ -78,8 +78,12 @@ def entries(submissions: Path) -> list[Entry]:
         if p.name.startswith("."):
             continue
         name = student_name(p)
-        if name in seen:
+        if name in seen:  # ``alice`` and ``alice.zip``: the second keeps its suffix
             name = re.sub(r"[^A-Za-z0-9._-]+", "_", p.name)[:100]
+        base, n = name, 1
+        while name in seen:  # ``x y`` and ``x_y`` clean up alike: a page each, not one
+            n += 1
+            name = f"{base}-{n}"
         seen.add(name)
         out.append(Entry(name, p))
     return out

@@ -159,3 +159,18 @@ def test_folder_with_a_link_is_refused(tmp_path: Path) -> None:
     (src / "run" / "secret").unlink()
     got = take_in(Entry("alice", src), tmp_path / "out")
     assert (got / "run" / "spec.toml").read_text() == "x"
+
+
+def test_students_whose_names_clean_up_alike_keep_a_page_each(tmp_path: Path) -> None:
+    """``x y`` and ``x_y`` both clean up to ``x_y``: the second's page overwrote the
+    first's (one ``x_y.html``, two totals rows named ``x_y``).  Every entry gets a name
+    of its own; ``alice`` beside ``alice.zip`` still keeps the suffix."""
+    from testbed.grade.intake import entries
+
+    subs = tmp_path / "subs"
+    for name in ("x y", "x_y", "x_y-2", "alice"):
+        (subs / name).mkdir(parents=True)
+    (subs / "alice.zip").write_bytes(b"")
+    names = [e.student for e in entries(subs)]
+    assert len(set(names)) == len(names) == 5, names
+    assert "alice" in names and "alice.zip" in names and "x_y" in names, names
