@@ -46,6 +46,7 @@ from testbed.spec.quantities import USER_TEXT, Duration
 MAX_TRACE_BYTES = 1 << 20  # 1 MiB: some 30 000 rows, far more than a run plays
 MAX_TRACE_ROWS = 10_000
 
+
 def _number(cell: str, times: float = 1.0, per: float = 1.0) -> float:
     """A plain-number cell times ``times`` divided by ``per``; ValueError for text that
     is no finite number (``inf``, ``nan``, ``1e400``)."""
