@@ -48,7 +48,6 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,6 +61,8 @@ from docexamples import (
     stray_queries,
     unknown_options,
 )
+
+from testbed.core.commands import in_parallel
 
 pytestmark = [pytest.mark.integration, pytest.mark.reproduction]
 
@@ -308,8 +309,7 @@ class Checker:
 
     def _each(self, action: Callable[[DocCommand], None], cmds: list[DocCommand]) -> None:
         """action on every command, WORKERS at a time."""
-        with ThreadPoolExecutor(WORKERS) as pool:
-            list(pool.map(action, cmds))
+        in_parallel(action, cmds, workers=WORKERS)
 
 
 @pytest.fixture(scope="module")
