@@ -157,7 +157,9 @@ def _quantity(parse: Callable[[object], Any], what: str, minimum: str,
         typed = isinstance(value, (int, float)) and not isinstance(value, bool) \
             and info.context != USER_TEXT  # a number in base units, from code
         if (isinstance(value, str) and value.strip().startswith("-")) or (typed and value < 0):
-            raise PydanticCustomError("negative", f"{value!r} is negative; a {what} must be >= 0")
+            need = "greater than zero" if minimum == ">0" else ">= 0"
+            raise PydanticCustomError("negative",
+                                      f"{value!r} is negative; a {what} must be {need}")
         try:
             parsed = _base_number(value, what) if typed else parse(value)
         except UnitError as exc:

@@ -53,6 +53,9 @@ def test_a_byte_order_mark_is_not_part_of_the_first_column(tmp_path: Path) -> No
     ("time_s,bw_mbit\n0,nan\n", "column 'bw_mbit' has 'nan': not a finite number"),
     ("time_s,delay_ms\n0,-inf\n", "column 'delay_ms' has '-inf': not a finite number"),
     ("time_s,bw_mbit\ninf,1\n", "column 'time_s' has 'inf': not a finite number"),
+    # a rate must be above zero, a delay may be zero (a rate of -5 said ">= 0")
+    ("time_s,bw_mbit\n0,-5\n", "-5000000 is negative; a rate must be greater than zero"),
+    ("time_s,delay_ms\n0,-5\n", "-0.005 is negative; a duration must be >= 0"),
 ])
 def test_bad_traces(text: str, words: str) -> None:
     with pytest.raises(InputError, match=None) as err:
