@@ -104,7 +104,10 @@ def suggest_quantity(value: Any, what: str) -> str | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int) and what == "rate":
-        guess = format_rate_exact(value) if value > 0 else None
+        # a bare count of bit/s, but below 1000 it is no rate a link runs at (the lowest
+        # allowed is 1kbit): `bw = 10` means 10 Mbit/s far more often than "10bit"
+        guess = (f"{value}Mbit" if value < 1000 else format_rate_exact(value)) \
+            if value > 0 else None
     elif isinstance(value, (int, float, str)):
         m = _QUANTITY_RE.match(str(value))
         unit = _UNIT_GUESSES.get(what, {}).get(m.group("unit").lower()) if m else None

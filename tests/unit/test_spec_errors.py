@@ -280,6 +280,8 @@ def test_every_cross_key_problem_at_once(tmp_path):
     ("10 mbps", "rate", "10Mbit"), ("2.5Gbps", "rate", "2.5Gbit"), (4000000, "rate", "4Mbit"),
     ("5 sec", "duration", "5s"), (10, "duration", "10s"), ("2 megabytes", "size", "2MB"),
     ("0.5", "percentage", "0.5%"), ("fast", "rate", None), (True, "rate", None),
+    # below 1000 no bare count of bit/s is a link's rate (it suggested "10bit")
+    (10, "rate", "10Mbit"), (999, "rate", "999Mbit"), (1000, "rate", "1kbit"),
 ])
 def test_suggest_quantity(value, what, guess):
     from testbed.spec.quantities import suggest_quantity
