@@ -53,13 +53,18 @@ COUPLED_CCS = ("lia", "olia", "balia", "wvegas")
 HANDOVER_CCS = {"immediate-expiration": "reno_ie", "bandwidth-aware": "reno_bwa"}
 # every congestion control the testbed itself provides as a BPF struct_ops program
 BPF_CCS = (*COUPLED_CCS, *HANDOVER_CCS.values())
+# what a name must look like, by its pattern (CC_RE and PATH_RE are one pattern: a key's
+# own words, KEY_WORDS, come first)
 PATTERN_WORDS = {
     NAME_RE: "use up to 32 letters, digits, '-' and '_', starting with a letter or digit",
     HOST_RE: "use up to 10 letters, digits, '-' and '_', starting with a letter",
-    CC_RE: "use a kernel name in lower case, e.g. 'cubic' or 'reno'",
     PATH_RE: "use up to 16 lower-case letters, digits and '_', starting with a letter "
              "(e.g. 'wifi', 'lte')",
     IFACE_RE: "use an interface name such as 'client-eth0'",
+}
+KEY_WORDS = {
+    "cc": "use a kernel name in lower case, e.g. 'cubic' or 'reno'",
+    "scheduler": "use a kernel name in lower case, e.g. 'default'",
 }
 
 

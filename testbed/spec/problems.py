@@ -19,7 +19,14 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 
 from testbed.spec.experiment import Experiment
-from testbed.spec.model import CC_RE, PATH_RE, PATTERN_WORDS, WORKLOAD_KINDS, CustomTopology
+from testbed.spec.model import (
+    CC_RE,
+    KEY_WORDS,
+    PATH_RE,
+    PATTERN_WORDS,
+    WORKLOAD_KINDS,
+    CustomTopology,
+)
 from testbed.spec.quantities import show_value
 
 
@@ -195,7 +202,9 @@ def describe_error(err: Any, data: Any) -> str:
                f"{_choice_hint(value, str(ctx.get('expected')))}"
     if etype == "string_pattern_mismatch":
         pattern = ctx.get("pattern", "")
-        form = PATTERN_WORDS.get(pattern, f"match {pattern}")
+        key = loc[-1] if loc else None
+        form = KEY_WORDS[key] if pattern == CC_RE and key in KEY_WORDS else \
+            PATTERN_WORDS.get(pattern, f"match {pattern}")
         guess = suggest_name(value, pattern)
         hint = f"did you mean {show_value(guess)}? ({form})" if guess else form
         return f"{path}: {show_value(value)} is not a valid name; {hint}"

@@ -301,6 +301,19 @@ def test_a_bad_name_gets_a_corrected_one(tmp_path, path, value, line):
     assert result.stderr.startswith(f"error: {spec}: {line} (")
 
 
+@pytest.mark.parametrize(("path", "value", "words"), [
+    # a congestion control's name and a path's share one pattern; each gets its own
+    # words (a bad cc was told to look like 'wifi' or 'lte')
+    ("transport.cc", "../etc", "use a kernel name in lower case, e.g. 'cubic' or 'reno'"),
+    ("transport.cc", "", "use a kernel name in lower case, e.g. 'cubic' or 'reno'"),
+    ("topology.paths.0.name", "", "starting with a letter (e.g. 'wifi', 'lte')"),
+])
+def test_a_bad_name_is_told_what_names_of_its_kind_look_like(tmp_path, path, value, words):
+    _spec, result = _invoke(tmp_path, _set(path, value)())
+    assert result.exit_code == 2
+    assert words in result.stderr.splitlines()[0], result.stderr
+
+
 @pytest.mark.parametrize(("edit", "extra", "line"), [
     (None, ["--set", "name=123"], '--set name: 123 is not a string; put it in quotes: "123"'),
     (None, ["--set", "name=2024-01-01"],
