@@ -228,6 +228,8 @@ def _check_sequence(exp: Experiment) -> None:
                                 "another event does at that time; give them different "
                                 "times")
             last[at] = i
+            if ev.up is not None and ev.down is not None:
+                continue  # whether it is up or down is its own problem (_check_event)
             if ev.link_up is not None and ev.link_up == up and not ev.shape_changes():
                 why = "it starts up" if set_by is None else \
                     f"the event at {_fmt_d(set_by)} took it {'up' if up else 'down'}"

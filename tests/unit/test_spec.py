@@ -319,3 +319,16 @@ def test_schedule_events_that_change_nothing_in_sequence_are_refused():
                         {"at": "3s", "link": "a", "up": True, "bw": "2Mbit"},
                         {"at": "4s", "link": "a", "bw": "4Mbit"}]
     validate_spec(data, "s.toml")
+
+
+def test_an_event_both_up_and_down_gets_that_one_line() -> None:
+    """`up` and `down` in one event: one line saying so (it also got "already up ...
+    changes nothing", as if it had only said up)."""
+    data = {"name": "x", "duration": "10s",
+            "topology": {"kind": "multipath", "paths": [{"name": "a", "bw": "10Mbit"}]},
+            "workload": [{"kind": "bulk", "src": "client", "dst": "server", "size": "1MB"}],
+            "schedule": [{"at": "2s", "link": "a", "down": True, "up": True}]}
+    with pytest.raises(SpecError) as err:
+        validate_spec(data, "s.toml")
+    assert str(err.value).splitlines() == [
+        "s.toml: schedule[0].up: give up or down, not both (up = true is down = false)"]
