@@ -5,6 +5,7 @@ back, and what Bandwidth-Aware estimated (docs/handover.md).
     t_up = handoff_time(run)                           # when the link came back (s, epoch)
     first_retransmission(run, t_up)                    # the sender's, from its capture
     restarts(run)                                      # the programs' log, sender sockets
+    first_signal(run)                                  # when the first restart ICMP went out
 """
 
 from __future__ import annotations
@@ -118,6 +119,19 @@ def first_delivery(run: Path, t_up: float) -> float | None:
                          columns=["kind", "t", "bytes"])
     got = ts[(ts["kind"] == "delivered") & (ts["t"] >= t_up) & (ts["bytes"] > 0)]
     return float(got["t"].min()) if len(got) else None
+
+
+def first_signal(run: Path) -> float | None:
+    """When the notifier's first restart ICMP of the first hand-off went out (seconds
+    since the epoch, from ``samples/handover-signal.jsonl``; None: none went out).  Its
+    distance from `handoff_time` is the emulation's own delay in telling the sender of
+    the hand-off, which the paper's host does not have."""
+    f = run / "samples" / "handover-signal.jsonl"
+    for rec in map(json.loads, f.read_text().splitlines() if f.exists() else []):
+        if rec.get("gen") == 1 and "undone" not in rec:
+            sent = [s["t"] for rs in (rec.get("sent") or {}).values() for s in rs]
+            return min(sent) if sent else None
+    return None
 
 
 def second_restarts(run: Path) -> list[dict[str, Any]]:

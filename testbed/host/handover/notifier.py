@@ -41,7 +41,7 @@ from typing import Any
 
 from testbed.core.commands import CommandRunner
 from testbed.core.errors import CommandError, MissingFeatureError
-from testbed.core.process import Process
+from testbed.core.process import Process, realtime_priority
 from testbed.core.transcript import Namespaced, TranscriptEntry, in_namespace
 from testbed.host.handover.bpfmap import BpfMap
 from testbed.host.handover.icmp import SockState, decode_sock, signal_value
@@ -181,6 +181,10 @@ class HandoverNotifier:
                     raise CommandError(agent.proc.argv, 1, "",
                                        f"hand-over agent in {agent.name}: "
                                        f"{first.get('error', first)}")
+                # asked from the schedule's real-time thread the moment the link is
+                # back, it must not then wait behind the traffic for a CPU (it sleeps
+                # until asked; its start-up ran at the normal priority)
+                realtime_priority(agent.popen.pid)
         except BaseException:
             self.close()
             raise
