@@ -290,6 +290,15 @@ def _check_grid_size(axes: list[tuple[str, KeyPath, list[Any]]], data: dict[str,
                         + f"; the most allowed is {MAX_RUNS} runs; split the sweep")
 
 
+def _own_set_problem(line: str, params: dict[str, Any]) -> bool:
+    """Whether an error line is about a ``--set`` value of a key the sweep does not
+    change: every point has the same problem, and naming one would mislead."""
+    if not line.startswith("--set "):
+        return False
+    key = line[len("--set "):].split(":", 1)[0].strip()
+    return key not in params
+
+
 def expand(data: dict[str, Any], source: str = "spec",
            labels: dict[str, str] | None = None,
            traces: TraceFolder | None = None) -> list[RunPlan]:
@@ -317,8 +326,9 @@ def expand(data: dict[str, Any], source: str = "spec",
             if not params:
                 raise
             where = point_text(params)
-            raise SpecError("\n".join(f"{line} (in the sweep point {where})"
-                                      for line in str(exc).splitlines())) from None
+            raise SpecError("\n".join(
+                line if _own_set_problem(line, params) else f"{line} (in the sweep point {where})"
+                for line in str(exc).splitlines())) from None
         points.append((params, exp))
     if not points:  # an axis with no values was refused above; keep the type checker calm
         raise SpecError(f"{source}: the sweep has no points")

@@ -259,3 +259,12 @@ def test_a_network_problem_from_a_set_value_names_the_set_key(spec, tmp_path):
     assert res.stderr.strip().splitlines() == [
         "error: --set capture.interfaces: 'client-eth9' is not an interface of the captured "
         "hosts (client, server) (in the sweep point transport.cc = \"reno\")"], res.stderr
+
+
+def test_a_bad_set_value_of_an_unswept_key_names_no_sweep_point(spec):
+    """Every point has the problem of a bad --set value the sweep does not change: the
+    line named the first sweep point, as if that point were the cause."""
+    res = CliRunner().invoke(app, ["run", str(spec), "--dry-run", "--set", "duration=abc"])
+    assert res.exit_code == 2, res.output
+    assert res.stderr.strip().splitlines() == [
+        "error: --set duration: 'abc' is not a duration; use e.g. '10ms'"], res.stderr
