@@ -32,6 +32,19 @@ from testbed.core.safefiles import atomic_write_text
 from testbed.results.summary import runs_frame
 
 
+def check_paper(study: Path, registry: StudyRegistry | None = None) -> dict[str, Any]:
+    """The study's paper.toml, refused (`InputError`, one line) as the report would refuse
+    it: absent, a link, not TOML, or a ``paper.id`` no study of the project evaluates.
+    `testbed study` asks this before anything runs, not after the last run."""
+    registry = registry or StudyRegistry()
+    paper = load_paper(study)
+    sid = paper_id(paper)
+    if registry.evaluator(sid) is None:
+        raise InputError(f"{study}/paper.toml: paper.id {sid!r} is not one of "
+                         f"{', '.join(registry.ids())}")
+    return paper
+
+
 def evaluate(study: Path, out: Path, registry: StudyRegistry | None = None) -> StudyResult:
     """Paper-vs-ours comparisons and claims for a study's results in out.
 
@@ -40,13 +53,11 @@ def evaluate(study: Path, out: Path, registry: StudyRegistry | None = None) -> S
     ``experiments/``).
     """
     registry = registry or StudyRegistry()
-    paper = load_paper(study)
+    paper = check_paper(study, registry)
     sid = paper_id(paper)
     res = StudyResult(study=sid or study.name, title=(paper.get("paper") or {}).get("title", ""))
     fn = registry.evaluator(sid)
-    if fn is None:
-        raise InputError(f"{study}/paper.toml: paper.id {sid!r} is not one of "
-                         f"{', '.join(registry.ids())}")
+    assert fn is not None  # check_paper
     if out.is_dir():
         fn(paper, out, res)
     return res

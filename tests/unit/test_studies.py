@@ -217,3 +217,31 @@ def test_a_study_report_is_not_written_over_another_studys_output(tmp_path):
     with pytest.raises(InputError, match="one spec's results"):
         st.write_study_report(p3, p2 / "cc")
     assert (p2 / "report.html").read_text() == "P2's report"
+
+
+@pytest.mark.parametrize(("paper", "says"), [
+    ("[paper\nid = 'P4'\n", "paper.toml: "),                     # not TOML
+    ("[paper]\nid = 'P9'\n", "paper.id 'P9' is not one of"),      # no such study
+    (None, "paper.toml: a symbolic link (not followed)"),        # a link: never followed
+])
+def test_a_bad_paper_toml_is_refused_before_anything_runs(tmp_path, paper, says):
+    """The study report reads paper.toml after the last run: a broken one failed a study
+    only then, its hours of runs done.  Now `testbed study` (here a dry run) refuses it
+    first, in one line, exit 2."""
+    import shutil
+
+    study = tmp_path / "p4_rbuf_blocking"
+    shutil.copytree(ROOT / "experiments" / "p4_rbuf_blocking", study,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (study / "paper.toml").unlink()
+    if paper is None:
+        (study / "paper.toml").symlink_to(ROOT / "experiments" / "p4_rbuf_blocking" /
+                                          "paper.toml")
+    else:
+        (study / "paper.toml").write_text(paper)
+    res = subprocess.run([sys.executable, "-m", "testbed.cli", "study", str(study),
+                          "--dry-run", "--no-vm", "--out", str(tmp_path / "o")],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.count("\n") == 1 and says in res.stderr, res.stderr
+    assert not (tmp_path / "o").exists()
