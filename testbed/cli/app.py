@@ -135,7 +135,10 @@ def study(ctx: typer.Context,
     from testbed.spec.sweep import override_labels
 
     overrides = list(set_ or [])
-    # every spec valid, with the overrides, before anything else is said or started
+    # every spec valid, with the overrides, and the paper.toml the report will read,
+    # before anything else is said or started
+    for d in directories:
+        guarded(lambda d=d: st.check_study_paper(d))
     planned = [guarded(lambda d=d: st.plan_study(d, variant, only, overrides))
                for d in directories]
     guarded(lambda: run_cli.check_executor(executor, address, retries))

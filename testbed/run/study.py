@@ -67,10 +67,20 @@ def study_outputs(studies: list[Path], variant: str, out: Path | None) -> list[P
     return [base / f"{s.resolve().name}-{variant}" for s in studies]
 
 
+def check_study_paper(study: Path) -> None:
+    """Refuse (`InputError`, one line) a paper.toml the study's report would refuse after
+    the last run (`analysis.study_report.check_paper`); a study without one is left to
+    its report."""
+    paper = study / "paper.toml"
+    if paper.exists() or paper.is_symlink():
+        from analysis.study_report import check_paper
+
+        check_paper(study)
+
+
 def plan_study(study: Path, variant: str, only: list[str] | None = None,
                overrides: list[str] | None = None) -> dict[Path, list[Any]]:
-    """Every spec of the study variant (or those in only) -> its validated runs; its
-    paper.toml, when there is one, checked as the report will read it.
+    """Every spec of the study variant (or those in only) -> its validated runs.
 
     study: the study folder; variant: quick | full; only: spec stems (default all);
     overrides: ``KEY=VALUE`` strings applied to every spec (``--set``).
@@ -86,11 +96,6 @@ def plan_study(study: Path, variant: str, only: list[str] | None = None,
         specs = [s for s in specs if s.stem in only]
     from testbed.run.preflight import check_networks
 
-    paper = study / "paper.toml"
-    if paper.exists() or paper.is_symlink():  # the report reads it after the last run
-        from analysis.study_report import check_paper
-
-        check_paper(study)
     planned = {spec: plan_runs(spec, overrides or []) for spec in specs}
     for spec, plans in planned.items():  # every point's network, before anything runs
         check_networks(plans, str(spec), override_labels(overrides or []))
