@@ -189,7 +189,7 @@ def _rec(**kw: int) -> dict[str, Any]:
                     "dport": int.from_bytes((5001).to_bytes(2, "big"), "little")},
             "scheme": 2, "path": 2, "ca_state": 4, "cwnd_before": 1, "ssthresh_before": 25,
             "mss": 1448, "rtt_us": 150000, "lag_us": 30000, "acked": 1448, "ssthresh": 5,
-            "undone": 1}
+            "undone": 1, "cwnd_redo": 47}
     return {**base, **kw}
 
 
@@ -205,6 +205,7 @@ def test_the_log_gives_each_hand_off_with_its_estimate() -> None:
     assert r["bw_bps"] == round(1448 * 8 / 0.03)   # one segment per 30 ms: 386 kbit/s
     assert r["t_signal"] == 101.0 and r["t_done"] == 102.0
     assert r["t_seen"] == 101.145 and r["una_seen"] == 7 and r["undone"] == 1
+    assert r["cwnd_redo"] == 47
     ie = parse_handover_dump(json.dumps([{"key": 0, "value": _rec(scheme=1, path=1)}]),
                              "reno_ie", 0.0)[0]
     assert ie["scheme"] == "immediate-expiration" and "bw_bps" not in ie

@@ -15,6 +15,8 @@ the signal, at an ACK or a state change; ``t_done``: when the estimate was appli
 ``una_seen`` (the socket's oldest unacknowledged byte then, before that ACK),
 ``undone`` (whether Linux undid the restart's loss marks, at most 1 per hand-off; the
 notifier then sends a second restart ICMP: ``bpf/handover.h``, ``ho_undo_cwnd``),
+``cwnd_redo`` (the cwnd Linux had when that second ICMP came, before the program set the
+window back to where the undo left it; None: no second restart, ``ho_redo``),
 and for ``bandwidth-aware`` the estimate: ``rtt_us`` (restart -> first ACK), ``lag_us``
 between the pair of ACKs, see ``bpf/handover.h``), ``acked`` (bytes the pair's second
 ACK acknowledged), ``bw_bps`` (acked x 8 / lag) and ``ssthresh`` (segments:
@@ -76,6 +78,7 @@ def parse_handover_dump(text: str, cc: str, offset: float) -> list[dict[str, Any
                 "t_done": _wall(int(v["t_done_ns"]), offset),
                 "una_seen": int(v["una_seen"]),
                 "undone": int(v["undone"]),
+                "cwnd_redo": int(v["cwnd_redo"]) or None,
                 "ssthresh": int(v["ssthresh"]),
             }
             if rec["scheme"] == "bandwidth-aware":

@@ -123,6 +123,8 @@ struct ho_rec {
 	__u32 ssthresh;  /* the ssthresh set (reno_ie: at the restart) */
 	__u32 una_seen;  /* snd_una before the ACK that met the signal (reno_bwa's start) */
 	__u32 undone;    /* times Linux undid this restart's loss marks (ho_undo_cwnd) */
+	__u32 cwnd_redo; /* the cwnd Linux had when the second ICMP put the socket back in
+			  * Loss, before ho_redo set it back (0: no second restart) */
 };
 
 struct {
@@ -153,6 +155,8 @@ struct ho_priv {
 	__u32 restarted; /* 1 from a restart until the socket is back in Open */
 	__u32 undone_gen; /* the hand-off whose restart Linux undid (published in ho_socks) */
 	__u32 ss_set;    /* the ssthresh the hand-off left (restart, then reno_bwa's estimate) */
+	__u32 cwnd_undone; /* the cwnd kept when Linux undid the restart (ho_undone) */
+	__u32 redone_gen;  /* the hand-off whose second restart ho_redo has made */
 };
 
 static __always_inline bool before(__u32 seq1, __u32 seq2)
@@ -315,10 +319,42 @@ static __always_inline void ho_undone(struct sock *sk)
 	if (p->undone_gen == (__u32)p->gen_seen)
 		return;
 	p->undone_gen = (__u32)p->gen_seen;
+	p->cwnd_undone = tcp_sk(sk)->snd_cwnd;
 	r = log_slot(p->rec_seq);
 	if (r)
 		r->undone += 1;
 	publish(sk);
+}
+
+/*
+ * The second restart ICMP (the notifier's answer to ho_undone) puts the socket back in
+ * Loss and retransmits at once.  Linux does not touch the window there, and since the
+ * undo it may have grown far beyond the restart's: the undo unmarked the segments lost in
+ * the outage, they count as in flight again, and an ACK with SACK blocks puts the socket
+ * in Recovery, where proportional rate reduction sets cwnd to what is in flight.  The
+ * ICMP then marks them lost again and the sender would send that whole window at once
+ * (a CI run of 2026-11-29: cwnd 47, about 40 segments in one burst into a 384 kbit/s
+ * link).  So the window goes back to where the undo left it, and ssthresh to the one the
+ * hand-off set, once per hand-off.
+ */
+static __always_inline void ho_redo(struct sock *sk)
+{
+	struct tcp_sock *tp = tcp_sk(sk);
+	struct ho_priv *p = priv_of(sk);
+	struct ho_rec *r;
+
+	if (!p->undone_gen || p->undone_gen != (__u32)p->gen_seen ||
+	    p->redone_gen == p->undone_gen)
+		return;
+	p->redone_gen = p->undone_gen;
+	r = log_slot(p->rec_seq);
+	if (r)
+		r->cwnd_redo = tp->snd_cwnd;
+	if (tp->snd_cwnd > p->cwnd_undone)
+		tp->snd_cwnd = p->cwnd_undone ? p->cwnd_undone : 1;
+	tp->snd_cwnd_cnt = 0;
+	if (p->ss_set)
+		tp->snd_ssthresh = p->ss_set;
 }
 
 static __always_inline void ho_set_state(struct sock *sk, __u8 new_state, __u32 scheme)
@@ -343,6 +379,11 @@ static __always_inline void ho_set_state(struct sock *sk, __u8 new_state, __u32 
 	if (new_state != TCP_CA_Loss)
 		return;
 	sig = signal_now();
+	/* from Open, Disorder or Recovery with no new hand-off signalled: the second ICMP
+	 * of this one */
+	if (((struct inet_connection_sock *)sk)->icsk_ca_state != TCP_CA_Loss &&
+	    !(sig && sig->gen != priv_of(sk)->gen_seen))
+		ho_redo(sk);
 	if (sig && sig->gen != priv_of(sk)->gen_seen)
 		ho_restart(sk, sig, scheme,
 			   ((struct inet_connection_sock *)sk)->icsk_ca_state == TCP_CA_Loss ?
