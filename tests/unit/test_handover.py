@@ -224,3 +224,16 @@ def test_keep_neighbours_is_written_every_run_either_way() -> None:
     assert set(neighbour_sysctls(True, every)) == {
         "net.ipv4.conf.all.arp_evict_nocarrier", "net.ipv6.conf.all.ndisc_evict_nocarrier"}
     assert neighbour_sysctls(True, lambda key: False) == {}   # before 5.16: nothing to set
+
+
+def test_the_programs_redo_window_matches_the_notifiers_watch() -> None:
+    """`ho_redo` acts on an entry into Loss only while the notifier still watches for an
+    undo (after that it is Linux's own): the two constants must agree."""
+    import re
+
+    from testbed.host.handover import notifier
+
+    header = (Path(notifier.__file__).parents[1] / "coupled" / "bpf" /
+              "handover.h").read_text()
+    ns = int(re.search(r"#define HO_UNDO_WATCH_NS (\d+)ULL", header).group(1))
+    assert ns == round(notifier.UNDO_WATCH_S * 1e9)

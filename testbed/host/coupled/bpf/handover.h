@@ -46,6 +46,7 @@ char _license[] SEC("license") = "GPL";
 #define TCP_CONG_NON_RESTRICTED 0x1
 #define HO_LOG_SLOTS 256            /* a power of two */
 #define HO_SSTHRESH_MAX 65535
+#define HO_UNDO_WATCH_NS 3000000000ULL  /* the notifier's UNDO_WATCH_S */
 
 #define SCHEME_IE 1
 #define SCHEME_BWA 2
@@ -343,8 +344,11 @@ static __always_inline void ho_redo(struct sock *sk)
 	struct ho_priv *p = priv_of(sk);
 	struct ho_rec *r;
 
+	/* the notifier watches for an undo for HO_UNDO_WATCH_NS after the hand-off; a later
+	 * entry into Loss is Linux's own */
 	if (!p->undone_gen || p->undone_gen != (__u32)p->gen_seen ||
-	    p->redone_gen == p->undone_gen)
+	    p->redone_gen == p->undone_gen ||
+	    bpf_ktime_get_ns() - p->t_restart_ns > HO_UNDO_WATCH_NS)
 		return;
 	p->redone_gen = p->undone_gen;
 	r = log_slot(p->rec_seq);
