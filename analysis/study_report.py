@@ -24,7 +24,7 @@ from analysis.claims import Claim, StudyResult, StudyTable, load_paper, paper_id
 from analysis.evidence import FAILS, HOLDS, INCONCLUSIVE, Estimate
 from analysis.report_fidelity import fidelity_banner
 from analysis.study_figures import StudyFigure, write_figures
-from analysis.study_registry import StudyRegistry
+from analysis.study_registry import Evaluator, StudyRegistry
 from analysis.study_text import measured_text, number, ratio_text, verdict_sentence
 from testbed.core import safefiles
 from testbed.core.errors import InputError
@@ -32,17 +32,24 @@ from testbed.core.safefiles import atomic_write_text
 from testbed.results.summary import runs_frame
 
 
-def check_paper(study: Path, registry: StudyRegistry | None = None) -> dict[str, Any]:
-    """The study's paper.toml, refused (`InputError`, one line) as the report would refuse
-    it: absent, a link, not TOML, or a ``paper.id`` no study of the project evaluates.
-    `testbed study` asks this before anything runs, not after the last run."""
-    registry = registry or StudyRegistry()
+def _paper_and_evaluator(study: Path, registry: StudyRegistry
+                         ) -> tuple[dict[str, Any], Evaluator]:
+    """The study's paper.toml and the ``evaluate`` of the study its id names; `InputError`
+    (one line) for a paper.toml that is absent, a link, not TOML, or names no study."""
     paper = load_paper(study)
     sid = paper_id(paper)
-    if registry.evaluator(sid) is None:
+    fn = registry.evaluator(sid)
+    if fn is None:
         raise InputError(f"{study}/paper.toml: paper.id {sid!r} is not one of "
                          f"{', '.join(registry.ids())}")
-    return paper
+    return paper, fn
+
+
+def check_paper(study: Path, registry: StudyRegistry | None = None) -> dict[str, Any]:
+    """The study's paper.toml, refused as the report would refuse it
+    (`_paper_and_evaluator`).  `testbed study` asks this before anything runs, not after
+    the last run."""
+    return _paper_and_evaluator(study, registry or StudyRegistry())[0]
 
 
 def evaluate(study: Path, out: Path, registry: StudyRegistry | None = None) -> StudyResult:
@@ -52,12 +59,9 @@ def evaluate(study: Path, out: Path, registry: StudyRegistry | None = None) -> S
     wrote; registry: where the studies' code is found (default: the project's
     ``experiments/``).
     """
-    registry = registry or StudyRegistry()
-    paper = check_paper(study, registry)
+    paper, fn = _paper_and_evaluator(study, registry or StudyRegistry())
     sid = paper_id(paper)
     res = StudyResult(study=sid or study.name, title=(paper.get("paper") or {}).get("title", ""))
-    fn = registry.evaluator(sid)
-    assert fn is not None  # check_paper
     if out.is_dir():
         fn(paper, out, res)
     return res
