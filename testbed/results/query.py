@@ -50,6 +50,12 @@ def connect(out: Path) -> duckdb.DuckDBPyConnection:
     metrics file is read here (a regular file inside its bundle, no symbolic link
     followed) and handed to DuckDB as an Arrow table, so a folder named with glob or quote
     characters cannot change what the query reads.
+
+    Once the views exist, DuckDB's file and network access is switched off and its
+    settings locked (`lock_down`): a statement sees the views and nothing else of the
+    machine, so SQL written by somebody else (an assignment's rubric, a query copied from
+    a page) cannot read, write or attach a file, or load an extension, as the root user
+    the testbed runs as.
     """
     import duckdb
 
@@ -68,7 +74,16 @@ def connect(out: Path) -> duckdb.DuckDBPyConnection:
             con.execute(f"CREATE VIEW {table} AS SELECT * FROM {table}_data")
         else:
             con.execute(f"CREATE VIEW {table} AS {_empty_sql(table)}")
+    lock_down(con)
     return con
+
+
+def lock_down(con: duckdb.DuckDBPyConnection) -> None:
+    """Switch off the connection's access to files, the network and extensions
+    (``enable_external_access``) and lock every setting (``lock_configuration``), so no
+    later statement can switch it back on."""
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
 
 
 def view_tables(out: Path) -> dict[str, pa.Table | None]:
@@ -190,6 +205,11 @@ def run_query(out: Path, sql: str) -> pd.DataFrame:
         return result.df()
     except duckdb.Error as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if isinstance(exc, duckdb.PermissionException) or "configuration has been locked" \
+                in first:
+            raise InputError(f"query: {first[:200]}; a query reads only the views (runs, "
+                             f"{', '.join(VIEWS)}): no file, setting or extension (to keep a "
+                             "result, print it with --csv and redirect it)") from None
         raise InputError(f"query: {first} (views: runs, {', '.join(VIEWS)})") \
             from None
     finally:

@@ -264,3 +264,42 @@ def test_a_crafted_huge_integer_in_metadata_is_queried_as_text(tmp_path, out):
     meta_path.write_text(json.dumps(meta))
     df = run_query(o, 'SELECT "x.huge" FROM runs WHERE "x.huge" IS NOT NULL')
     assert df["x.huge"].tolist() == [str(2**64)]
+
+
+@pytest.mark.parametrize("sql", [
+    "COPY (SELECT * FROM runs) TO '{target}'",
+    "SELECT * FROM read_text('{secret}')",
+    "SELECT * FROM read_csv('{secret}')",
+    "ATTACH '{target}' AS other",
+    "EXPORT DATABASE '{folder}'",
+    "SET enable_external_access = true",
+    "INSTALL httpfs",
+])
+def test_sql_reaches_no_file_setting_or_extension(out, tmp_path, sql):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("a,b\n1,2\n")
+    target, folder = tmp_path / "written.csv", tmp_path / "exported"
+    with pytest.raises(InputError, match="a query reads only the views") as exc:
+        run_query(out, sql.format(target=target, secret=secret, folder=folder))
+    assert len(str(exc.value).splitlines()) == 1
+    assert not target.exists() and not folder.exists()
+    assert "1,2" not in str(exc.value)
+
+
+def test_a_rubric_check_cannot_write_a_file(out, tmp_path):
+    """Grading runs an assignment's SQL (somebody else's file) as root: a check that
+    copies a table out fails as a check, and nothing is written."""
+    from testbed.grade.checks import run_checks
+    from testbed.grade.rubric import Check
+
+    target = tmp_path / "out.csv"
+    checks = [Check(name="copy", sql=f"COPY (SELECT * FROM runs) TO '{target}'", expected=1,
+                    points=1, **{"pass": "p", "fail": "f"}),
+              Check(name="count", sql="SELECT count(*) FROM runs", expected=4, points=1,
+                    **{"pass": "p", "fail": "f"})]
+    assignment = type("A", (), {"rubric": type("R", (), {"check": checks})()})()
+    copy, count = run_checks(assignment, out)
+    assert copy.measured is None and "the check's query failed" in copy.note
+    assert "Permission Error" in copy.note
+    assert count.measured == 4 and count.passed
+    assert not target.exists()
