@@ -5,12 +5,19 @@
     s = Sampler(runner, net.host("client"), samples_dir, interval=0.05, ports={5001})
     s.start(); ... workload ...; s.stop()        # -> samples/ss-client.txt, cwnd.jsonl
 
-Emits ``samples/ss-<host>.txt`` (every raw ``ss`` output after a ``# t=<time.time()>``
-line) and appends to ``samples/cwnd.jsonl`` one row per TCP socket (plain TCP flow or
-MPTCP subflow) per sample: ``t, host, src_addr, sport, dst_addr, dport, protocol
-("tcp" | "mptcp"), mptcp_token, cc, cwnd, ssthresh, srtt_ms, rttvar_ms,
-delivery_rate_bps, bytes_acked, retrans`` plus ``state``, ``mptcp_fallback``,
-``mptcp_subflow_id``, ``bytes_sent``, ``lost``, ``unacked``, ``pacing_rate_bps``.
+Emits ``samples/ss-<host>.txt`` (every raw ``ss`` output between a ``# t=<epoch>`` line,
+written as ``ss`` starts, and a ``# t_end=<epoch>`` line, written when it has exited) and
+appends to ``samples/cwnd.jsonl`` one row per TCP socket (plain TCP flow or MPTCP subflow)
+per sample: ``t, sample_s, host, src_addr, sport, dst_addr, dport, protocol ("tcp" |
+"mptcp"), mptcp_token, cc, cwnd, ssthresh, srtt_ms, rttvar_ms, delivery_rate_bps,
+bytes_acked, retrans`` plus ``state``, ``mptcp_fallback``, ``mptcp_subflow_id``,
+``bytes_sent``, ``lost``, ``unacked``, ``pacing_rate_bps``.
+
+When a sample was taken: ``ss`` reads the sockets somewhere between its start and its
+exit (after loading itself, before printing), and under software emulation one run takes
+70-90 ms on an idle VM and longer on a busy one.  So ``t`` is the middle of the run and
+``sample_s`` its length: the socket state is that of a moment within ``t +- sample_s / 2``.
+(Before bundle format 1.8 ``t`` was the start, up to a whole run early.)
 
 Subflow -> connection on 6.1: ``ss -tin`` shows each MPTCP subflow as a TCP socket
 with ``tcp-ulp-mptcp ... token:<remote>(id:<n>)/<local>(id:<m>)``; the *local* token
@@ -60,33 +67,55 @@ def ss_argv() -> list[str]:
 
 
 LOOP_SCRIPT = ('while :; do printf \'# t=%s\\n\' "$EPOCHREALTIME"; ss -tinHM; '
-               'sleep "$1"; done')
+               'printf \'# t_end=%s\\n\' "$EPOCHREALTIME"; sleep "$1"; done')
 
 
 def loop_argv(interval: float) -> list[str]:
-    """A bash loop printing ``# t=<epoch>`` and ``ss -tinHM`` every interval seconds."""
+    """A bash loop printing ``# t=<epoch>``, ``ss -tinHM`` and ``# t_end=<epoch>`` every
+    interval seconds."""
     return ["bash", "-c", LOOP_SCRIPT, "testbed-sampler", f"{interval:g}"]
 
 
-def split_samples(text: str) -> list[tuple[float, str]]:
-    """Raw sampler output -> (time, ss text) per sample; a torn last sample is dropped."""
-    out: list[tuple[float, str]] = []
+def _stamp(line: str, prefix: str) -> float | None:
+    try:
+        return float(line[len(prefix):].split()[0].replace(",", "."))
+    except (ValueError, IndexError):
+        return None
+
+
+def split_samples(text: str) -> list[tuple[float, float | None, str]]:
+    """Raw sampler output -> (start, end, ss text) per sample; end is None when the sample
+    has no ``# t_end=`` line (raw files before format 1.8); a torn last sample is dropped
+    (one without its end line; in a file without end lines, one without a final
+    newline)."""
+    out: list[tuple[float, float | None, str]] = []
     t: float | None = None
+    end: float | None = None
     buf: list[str] = []
     for line in text.splitlines(keepends=True):
         if line.startswith("# t="):
             if t is not None:
-                out.append((t, "".join(buf)))
-            try:
-                t = float(line[4:].split()[0].replace(",", "."))
-            except (ValueError, IndexError):
-                t = None
-            buf = []
-        elif t is not None:
+                out.append((t, end, "".join(buf)))
+            t, end, buf = _stamp(line, "# t="), None, []
+        elif line.startswith("# t_end="):
+            if t is not None:
+                end = _stamp(line, "# t_end=")
+        elif t is not None and end is None:
             buf.append(line)
-    if t is not None and text.endswith("\n"):
-        out.append((t, "".join(buf)))
+    # a sample without its end line is torn, unless the file has no end lines at all
+    if t is not None and (end is not None or (text.endswith("\n")
+                                              and "# t_end=" not in text)):
+        out.append((t, end, "".join(buf)))
     return out
+
+
+def sample_time(start: float, end: float | None) -> tuple[float, float | None]:
+    """(t, sample_s) of one ``ss`` run: its middle and its length (start and None without
+    an end stamp; a clock step back gives a length of 0)."""
+    if end is None:
+        return start, None
+    length = max(end - start, 0.0)
+    return start + length / 2, length
 
 
 def parse_rate(text: str) -> float | None:
@@ -226,17 +255,19 @@ def parse_ss(text: str, netid: str = "tcp") -> list[dict[str, Any]]:
     return entries
 
 
-CWND_FIELDS = ("t", "host", "src_addr", "sport", "dst_addr", "dport", "protocol",
+CWND_FIELDS = ("t", "sample_s", "host", "src_addr", "sport", "dst_addr", "dport", "protocol",
                "mptcp_token", "cc", "cwnd", "ssthresh", "srtt_ms", "rttvar_ms",
                "delivery_rate_bps", "bytes_acked", "retrans", "state", "mptcp_fallback",
                "mptcp_subflow_id", "bytes_sent", "lost", "unacked", "pacing_rate_bps")
 
 
 def cwnd_rows(entries: Iterable[dict[str, Any]], t: float, host: str,
-              ports: Iterable[int] | None = None) -> list[dict[str, Any]]:
+              ports: Iterable[int] | None = None,
+              sample_s: float | None = None) -> list[dict[str, Any]]:
     """``samples/cwnd.jsonl`` rows: one per TCP socket (flow or subflow); pure.
 
-    ports: keep only sockets with one of these as source or destination port.
+    t: when the sample was taken (`sample_time`); ports: keep only sockets with one of
+    these as source or destination port; sample_s: how long the ``ss`` run took.
     """
     entries = list(entries)
     fallback = {e["mptcp_token"]: e["mptcp_fallback"] for e in entries
@@ -249,7 +280,7 @@ def cwnd_rows(entries: Iterable[dict[str, Any]], t: float, host: str,
         if keep is not None and e["sport"] not in keep and e["dport"] not in keep:
             continue
         row = {k: e.get(k) for k in CWND_FIELDS}
-        row.update(t=t, host=host,
+        row.update(t=t, sample_s=None if sample_s is None else round(sample_s, 6), host=host,
                    protocol="mptcp" if e["mptcp_token"] is not None else "tcp",
                    mptcp_fallback=fallback.get(e["mptcp_token"]) if e["mptcp_token"]
                    else None)
@@ -285,6 +316,7 @@ class Sampler:
         self.samples = 0
         self.rows = 0
         self.errors = 0
+        self._lengths: list[float] = []  # each sample's ss run, s
 
     def _write_rows(self, rows: list[dict[str, Any]]) -> None:
         if rows:
@@ -295,15 +327,19 @@ class Sampler:
 
     def sample_once(self) -> list[dict[str, Any]]:
         """Take one sample now (``spawn`` mode's step); return its rows (also written)."""
-        t = time.time()
+        start = time.time()
         res = self.runner.run(ss_argv(), host=self.host, record=self.samples == 0,
                               check=False, timeout=10)
+        end = time.time()
         if res.returncode != 0:
             self.errors += 1
             return []
-        rows = cwnd_rows(parse_ss(res.stdout), t, self.host.name, self.ports)
+        t, length = sample_time(start, end)
+        rows = cwnd_rows(parse_ss(res.stdout), t, self.host.name, self.ports, length)
+        self._lengths.append(length)
         with open(self.raw_path, "a") as raw:
-            raw.write(f"# t={t:.6f} host={self.host.name}\n{res.stdout}")
+            raw.write(f"# t={start:.6f} host={self.host.name}\n{res.stdout}"
+                      f"# t_end={end:.6f}\n")
         self._write_rows(rows)
         self.samples += 1
         return rows
@@ -340,12 +376,17 @@ class Sampler:
         with open(self.raw_path, "a") as raw:
             raw.write(text)
         part.unlink(missing_ok=True)
-        for t, chunk in split_samples(text):
+        for start, end, chunk in split_samples(text):
             self.samples += 1
-            self._write_rows(cwnd_rows(parse_ss(chunk), t, self.host.name, self.ports))
+            t, length = sample_time(start, end)
+            if length is not None:
+                self._lengths.append(length)
+            self._write_rows(cwnd_rows(parse_ss(chunk), t, self.host.name, self.ports,
+                                       length))
 
     def stop(self) -> dict[str, Any]:
-        """Stop sampling; return counts (samples, rows, errors, mean period)."""
+        """Stop sampling; return counts (samples, rows, errors), the interval and how
+        long one ``ss`` run took (median and longest, s; None without samples)."""
         self._stop.set()
         if self._proc is not None:
             self._proc.stop()
@@ -353,5 +394,8 @@ class Sampler:
             self._collect_loop()
         if self._thread is not None:
             self._thread.join(timeout=15)
+        lengths = sorted(self._lengths)
         return {"host": self.host.name, "mode": self.mode, "samples": self.samples,
-                "rows": self.rows, "errors": self.errors, "interval_s": self.interval}
+                "rows": self.rows, "errors": self.errors, "interval_s": self.interval,
+                "sample_s_median": round(lengths[len(lengths) // 2], 6) if lengths else None,
+                "sample_s_max": round(lengths[-1], 6) if lengths else None}

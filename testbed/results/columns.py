@@ -237,7 +237,11 @@ _SAMPLED_AT = Col("t_rel", FLT, "s", "`t - t0` (metadata.json `t0`), the run's c
                   "negative before it", range=ANY)
 
 CWND = Table("cwnd", "metrics/cwnd.parquet", "one per `ss` sample per (sub)flow socket", (
-    Col("t", FLT, "s (epoch)", "when `ss` was sampled", always=True),
+    Col("t", FLT, "s (epoch)", "when the socket was read: the middle of the `ss` run that "
+        "read it, so within `t +- sample_s / 2` (bundles before format 1.8: the run's "
+        "start)", always=True),
+    Col("sample_s", FLT, "s", "how long that `ss` run took, from its start to its exit (it "
+        "reads the sockets in between); null in bundles before format 1.8"),
     Col("host", STR, "", "host the socket is on"),
     *_FIVE_TUPLE,
     Col("protocol", STR, "", "`tcp` or `mptcp` (a subflow of an MPTCP socket)"),

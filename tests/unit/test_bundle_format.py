@@ -51,7 +51,7 @@ def test_every_metadata_json_says_its_format_first(made: Path) -> None:
         meta = json.loads(b.metadata_path.read_text())
         assert next(iter(meta)) == "format_version"
         assert meta["format_version"] == FORMAT_VERSION
-    assert format_version({"format_version": FORMAT_VERSION}) == (1, 7)
+    assert format_version({"format_version": FORMAT_VERSION}) == (1, 8)
 
 
 def test_a_bundle_without_the_key_reads_as_1_0(made: Path, tmp_path: Path) -> None:
@@ -64,7 +64,8 @@ def test_a_bundle_without_the_key_reads_as_1_0(made: Path, tmp_path: Path) -> No
 
 
 def test_a_newer_minor_version_is_read(made: Path, tmp_path: Path) -> None:
-    out, meta_file = _copy(made, tmp_path, "1.7")
+    major, minor = FORMAT_VERSION.split(".")
+    out, meta_file = _copy(made, tmp_path, f"{major}.{int(minor) + 1}")
     assert Bundle(meta_file.parent).status() == "complete"
     res = CliRunner().invoke(app, ["query", str(out), "SELECT count(*) AS n FROM flows",
                                    "--csv"])

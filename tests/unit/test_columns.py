@@ -57,7 +57,7 @@ def written(tmp_path_factory) -> Path:
     (run / "metadata.json").write_text(json.dumps(meta))
     line = {"cwnd.jsonl": {"t": T0, "host": "client", "src_addr": CLIENT, "sport": 40000,
                            "dst_addr": SERVER, "dport": 5201, "protocol": "mptcp",
-                           "mptcp_token": "ab", "cc": "cubic", "cwnd": 10},
+                           "mptcp_token": "ab", "cc": "cubic", "cwnd": 10, "sample_s": 0.08},
             "ping.jsonl": {"t": T0, "src": "client", "dst": "server", "path": "wifi",
                            "seq": 1, "rtt_ms": 1.5, "lost": False},
             "events.jsonl": {"t_planned": T0, "t_applied": T0 + 0.001, "link": "wifi",

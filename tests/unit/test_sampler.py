@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +19,7 @@ from testbed.host.sampler import (
     parse_info,
     parse_rate,
     parse_ss,
+    sample_time,
     split_endpoint,
     split_samples,
 )
@@ -125,18 +129,54 @@ def test_sampler_writes_raw_and_rows(tmp_path: Path) -> None:
     s.sample_once()
     assert fake.calls[0] == (["ss", "-tinHM"], True) and fake.calls[1][1] is False
     raw = (tmp_path / "ss-client.txt").read_text()
-    assert raw.count("# t=") == 2
+    assert raw.count("# t=") == 2 and raw.count("# t_end=") == 2
+    row = json.loads((tmp_path / "cwnd.jsonl").read_text().splitlines()[0])
+    assert row["sample_s"] >= 0
     assert len((tmp_path / "cwnd.jsonl").read_text().splitlines()) == 4
     s.start()
     stats = s.stop()
     assert stats["samples"] >= 3 and stats["errors"] == 0
 
 
-def test_split_samples_drops_a_torn_tail() -> None:
+def test_split_samples_of_a_file_without_end_lines_drops_a_torn_tail() -> None:
     text = "# t=1.5\nA\nB\n# t=2.5\n# t=3.5\nC"
-    assert split_samples(text) == [(1.5, "A\nB\n"), (2.5, "")]
-    assert split_samples(text + "\n") == [(1.5, "A\nB\n"), (2.5, ""), (3.5, "C\n")]
+    assert split_samples(text) == [(1.5, None, "A\nB\n"), (2.5, None, "")]
+    assert split_samples(text + "\n") == [(1.5, None, "A\nB\n"), (2.5, None, ""),
+                                          (3.5, None, "C\n")]
     assert loop_argv(0.05)[:2] == ["bash", "-c"] and loop_argv(0.05)[-1] == "0.05"
+
+
+def test_split_samples_keeps_each_runs_end_and_drops_a_sample_without_one() -> None:
+    text = ("# t=1.5\nA\nB\n# t_end=1.75\n# t=2.5\n# t_end=2.5\n"
+            "# t=3.5\nC\n")                       # ss killed while it printed
+    assert split_samples(text) == [(1.5, 1.75, "A\nB\n"), (2.5, 2.5, "")]
+    assert sample_time(1.5, 1.75) == (1.625, 0.25)
+    assert sample_time(1.5, None) == (1.5, None)
+    assert sample_time(1.5, 1.4) == (1.5, 0.0)      # the clock stepped back
+
+
+def test_the_loop_stamps_each_ss_run_before_and_after(tmp_path: Path) -> None:
+    """The real loop script (bash, with a stand-in `ss` that takes 0.2 s to start and
+    prints one socket), parsed as the sampler parses it: each row's t is the middle of
+    its run, sample_s the run's length."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    socket = (DATA / "ss_tinM_client_tcp_reno.txt").read_text()
+    (bin_dir / "ss").write_text(f"#!/bin/bash\nsleep 0.2\ncat <<'EOF'\n{socket}EOF\n")
+    (bin_dir / "ss").chmod(0o755)
+    proc = subprocess.Popen(loop_argv(0.05), stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    time.sleep(1.0)
+    proc.terminate()
+    text, _ = proc.communicate(timeout=10)
+    samples = split_samples(text)
+    assert len(samples) >= 2
+    for start, end, chunk in samples:
+        assert end is not None and end - start >= 0.2
+        t, length = sample_time(start, end)
+        rows = cwnd_rows(parse_ss(chunk), t, "client", sample_s=length)
+        assert rows and all(r["t"] == t and r["sample_s"] == round(length, 6) for r in rows)
+        assert start + 0.1 <= t <= end - 0.1
 
 
 class LocalRunner(CommandRunner):
