@@ -163,3 +163,19 @@ def test_a_sweep_folder_in_use_is_left_alone(sweep: Path, tmp_path: Path) -> Non
     assert (folder / TCP_RUN / "metrics" / "flows.parquet").read_bytes() == before
     with locked(folder):  # free again
         pass
+
+
+def test_a_column_a_later_format_added_without_data_is_no_difference() -> None:
+    """A bundle of format 1.7 has no cwnd `sample_s`; re-analysed today its cwnd table
+    has the column, null in every row: the stored table still holds what the captures
+    and samples give.  A new column with values, or a stored one that is gone, is a
+    difference."""
+    import pandas as pd
+
+    from testbed.grade.verify import _same
+
+    stored = pd.DataFrame({"t": [1.0, 2.0], "cwnd": [10.0, 12.0]})
+    assert _same(stored, stored.assign(sample_s=[None, None]))
+    assert not _same(stored, stored.assign(sample_s=[0.1, 0.1]))
+    assert not _same(stored.assign(sample_s=[0.1, 0.1]), stored)
+    assert not _same(stored, stored.assign(cwnd=[10.0, 13.0], sample_s=[None, None]))
