@@ -55,12 +55,25 @@ def figures_section(ctx: ReportContext) -> str:
     cw = ctx.tables.get("cwnd")
     if cw is not None and len(cw):
         out.append(figure(ctx, plots.cwnd_figure(cw, ctx.meta.get("t0")), "cwnd",
-                          "Congestion window per subflow (sampled with ss)."))
+                          "Congestion window per subflow (sampled with ss). "
+                          + cwnd_timing(cw)))
     fl = ctx.tables.get("flows")
     if fl is not None and len(fl) and pd.to_numeric(fl["fct_s"], errors="coerce").notna().any():
         out.append(figure(ctx, plots.fct_cdf_figure(fl), "fct-cdf",
                           "CDF of flow completion times."))
     return "<h2>Figures</h2>" + "".join(out) if out else ""
+
+
+def cwnd_timing(cw: pd.DataFrame) -> str:
+    """How well the cwnd samples' times are known, in words (docs/transport.md)."""
+    runs = pd.to_numeric(cw["sample_s"], errors="coerce").dropna() if "sample_s" in cw \
+        else pd.Series(dtype=float)
+    if not len(runs):
+        return ("Each sample is drawn at the start of its ss run (a bundle before format "
+                "1.8): up to one run earlier than ss read the socket.")
+    return (f"Each sample is drawn at the middle of its ss run: the run took "
+            f"{runs.median() * 1e3:.0f} ms (median; longest {runs.max() * 1e3:.0f} ms), and "
+            "each point lies within half its run of the moment ss read the socket.")
 
 
 def flows_section(ctx: ReportContext) -> str:

@@ -344,3 +344,12 @@ def test_report_with_out_refuses_a_run_not_analysed_yet(tmp_path):
     assert res.exit_code == 2
     assert "not analysed yet" in res.stderr and len(res.stderr.splitlines()) == 1
     assert _hashes(run) == before and not (run / "metrics").exists()
+
+
+def test_the_cwnd_caption_says_how_well_the_sample_times_are_known():
+    from analysis.report_sections import cwnd_timing
+
+    text = cwnd_timing(pd.DataFrame({"sample_s": [0.1, 0.2, None]}))
+    assert "middle of its ss run" in text and "150 ms (median; longest 200 ms)" in text
+    for old in (pd.DataFrame({"t": [1.0]}), pd.DataFrame({"sample_s": [None]})):
+        assert "start of its ss run (a bundle before format 1.8)" in cwnd_timing(old)
