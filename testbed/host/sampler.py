@@ -338,8 +338,9 @@ class Sampler:
         rows = cwnd_rows(parse_ss(res.stdout), t, self.host.name, self.ports, length)
         self._lengths.append(length)
         with open(self.raw_path, "a") as raw:
-            raw.write(f"# t={start:.6f} host={self.host.name}\n{res.stdout}"
-                      f"# t_end={end:.6f}\n")
+            text = res.stdout if res.stdout.endswith("\n") or not res.stdout \
+                else res.stdout + "\n"
+            raw.write(f"# t={start:.6f} host={self.host.name}\n{text}# t_end={end:.6f}\n")
         self._write_rows(rows)
         self.samples += 1
         return rows
