@@ -32,7 +32,7 @@ from testbed.results.bundle import (
 )
 from testbed.results.folders import bundles_at, not_bundles
 from testbed.results.summary import runs_frame
-from testbed.results.typed import typed, typed_frame
+from testbed.results.typed import typed, typed_frame, with_declared
 
 if TYPE_CHECKING:
     import duckdb
@@ -100,7 +100,8 @@ def view_tables(out: Path) -> dict[str, pa.Table | None]:
                  for b in complete]
         found = [(r, f) for r, f in files if f is not None]
         # as the contract types each column, whatever older writers stored
-        tables[table] = typed(table, stacked_table(found))[0] if found else None
+        tables[table] = with_declared(table, typed(table, stacked_table(found))[0]) \
+            if found else None
     return tables
 
 

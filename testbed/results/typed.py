@@ -65,6 +65,25 @@ def typed(name: str, data: pa.Table) -> tuple[pa.Table, list[str]]:
     return data, problems
 
 
+def with_declared(name: str, data: pa.Table) -> pa.Table:
+    """data with every column table name declares that it lacks added, null in every row
+    and of its declared type, placed after the declared column before it: a bundle
+    written before a later format added a column (docs/bundle.md "Format version") reads
+    with the column, null, as the column's definition says."""
+    import pyarrow as pa
+
+    have = set(data.schema.names)
+    previous = None
+    for col in TABLES[name].columns:
+        if col.name not in have:
+            at = data.schema.get_field_index(previous) + 1 if previous is not None \
+                else data.num_columns
+            data = data.add_column(at, pa.field(col.name, arrow_type(col.dtype)),
+                                   pa.nulls(data.num_rows, arrow_type(col.dtype)))
+        previous = col.name
+    return data
+
+
 def _castable(have: pa.DataType, dtype: str) -> bool:
     """Whether a column stored as have may be cast to dtype without changing a value
     (a failed cast of a fraction or an overflow still raises)."""

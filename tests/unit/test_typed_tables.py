@@ -77,3 +77,21 @@ def test_an_integer_beyond_64_bits_is_text_not_a_crash():
     assert data.column("x.huge").to_pylist() == [str(2**64), "1"]
     assert data.schema.field("flows").type == pa.int64()
     assert [p.split(":")[0] for p in problems] == ["x.huge"]
+
+
+def test_a_column_a_later_format_added_reads_as_null_of_its_type():
+    """A cwnd table written before format 1.8 has no sample_s: read, it has the column,
+    null, float64, after t (where the registry declares it); a table that has it keeps
+    it as it is."""
+    from testbed.results.typed import with_declared
+
+    old = pa.table({"run_id": ["r1", "r1"], "t": [1.0, 2.0], "host": ["a", "a"],
+                    "cwnd": [10.0, 11.0]})
+    read = with_declared("cwnd", old)
+    names = read.schema.names
+    assert names[:4] == ["run_id", "t", "sample_s", "host"]
+    assert read.schema.field("sample_s").type == pa.float64()
+    assert read.column("sample_s").null_count == 2
+    assert set(names) >= {c.name for c in TABLES["cwnd"].columns}
+    new = old.append_column("sample_s", pa.array([0.1, 0.2]))
+    assert with_declared("cwnd", new).column("sample_s").to_pylist() == [0.1, 0.2]

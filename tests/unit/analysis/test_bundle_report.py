@@ -130,6 +130,17 @@ def test_run_report_has_figures_tables_spec_and_sections(tmp_path):
     assert (run / "figures" / "throughput-path.png").is_file()
     assert (run / "figures" / "throughput-path.svg").is_file()
     assert (run / "metrics" / "flows.parquet").is_file()
+    assert _json_outside_spec(page) == []
+
+
+def _json_outside_spec(page: str) -> list[str]:
+    """Text of the page (not the spec's <pre>, styles or embedded figures) that reads
+    like a JSON object or a Python dict."""
+    import re
+
+    text = re.sub(r"<(pre|style|svg|script)\b.*?</\1>", "", page, flags=re.S)
+    text = re.sub(r"<[^>]+>", " ", text)
+    return re.findall(r"\{\s*(?:\"|'|&quot;|&#x27;)[^{}]{0,60}", text)
 
 
 def test_capture_losses_name_dropped_and_unwritten_packets():
@@ -193,6 +204,7 @@ def test_sweep_report_and_paper_values(tmp_path):
                                   'value = 6e6\ntolerance = 0.1\n'
                                   'where = { "transport.cc" = "cubic" }\n')
     page = report.write_report(d).read_text()
+    assert _json_outside_spec(page) == []
     assert page.count("<svg") == 2  # throughput vs each of the two swept parameters
     assert "Comparison with the paper" in page and "differs" in page
     axis = sweep_stats.param_axis(pd.read_parquet(d / "summary.parquet"),
