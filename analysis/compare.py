@@ -271,6 +271,12 @@ def form_sides(runs: pd.DataFrame, paths: Sequence[Path], by: str | None,
     else:
         key, sep, listed = by.partition("=")
         have = _key(runs, key, "--by")
+        lacking = sorted({int(i) for i in runs.loc[have == "", "source"]})
+        if lacking:
+            where_ = ", ".join(str(paths[i]) for i in lacking)
+            raise InputError(f"--by {key}: the runs of {where_} do not set {key}, so they "
+                             "would make a side without a value; leave that folder out, "
+                             "or compare the folders side by side without --by")
         values = [v for v in listed.split(",") if v] if sep else \
             sorted(set(have), key=_order)
         for v in values:

@@ -225,3 +225,20 @@ def test_one_folder_needs_by(root):
         build([root / "both"])
     with pytest.raises(InputError, match="one label per side"):
         build([root / "tcp", root / "mptcp"], labels=["only-one"])
+
+
+def test_by_a_key_some_folders_do_not_set_is_refused(root, tmp_path):
+    """Runs without the --by key would make a side with no value (and, sorted first, the
+    reference): one line naming the folder instead."""
+    other = tmp_path / "unswept"
+    shutil.copytree(root / "tcp", other)
+    for meta_file in other.glob("*/metadata.json"):
+        meta = json.loads(meta_file.read_text())
+        meta["params"] = {k: v for k, v in (meta.get("params") or {}).items()
+                          if k != "workload.0"}
+        meta_file.write_text(json.dumps(meta))
+    assert all("workload.0" not in json.loads(m.read_text()).get("params", {})
+               for m in other.glob("*/metadata.json"))
+    with pytest.raises(InputError, match=f"runs of {other} do not set workload.0") as exc:
+        build([root / "mptcp", other], by="workload.0")
+    assert len(str(exc.value).splitlines()) == 1
