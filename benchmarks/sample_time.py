@@ -17,8 +17,10 @@ shows, over every sample compared, the share consistent with:
 * the whole run ``[t - sample_s / 2, t + sample_s / 2]`` (it must be 100 %: the socket
   was read during the run),
 
-and how far into the run the read came (the middle of the part of ``[a, b)`` inside the
-run, as a share of the run; median and 10th/90th percentiles), and the run's length.
+and when in the run the read came (the middle of the part of ``[a, b)`` inside the run),
+as a share of the run and in milliseconds after its start (how early the start, the
+old ``t``, was) and after ``t``, and the run's length.  Each share is over the samples it applies to
+(its count is shown).
 
     .venv/bin/python benchmarks/sample_time.py results/p3_handover-quick
 
@@ -50,6 +52,8 @@ class Tally:
     run: int = 0
     timed: int = 0                                   # samples with a sample_s
     position: list[float] = field(default_factory=list)  # where in the run the read came
+    after_start: list[float] = field(default_factory=list)  # ... s after the run's start
+    after_t: list[float] = field(default_factory=list)      # ... s after t (its middle)
     lengths: list[float] = field(default_factory=list)
 
     def add(self, t: float, sample_s: float | None, a: float, b: float) -> None:
@@ -68,6 +72,8 @@ class Tally:
         if inside and sample_s > 0:
             lo, hi = max(a, start), min(b, end)
             self.position.append(((lo + hi) / 2 - start) / sample_s)
+            self.after_start.append((lo + hi) / 2 - start)
+            self.after_t.append((lo + hi) / 2 - t)
 
 
 def ack_intervals(pcap: Path, sport: int, dport: int) -> tuple[np.ndarray, np.ndarray]:
@@ -153,19 +159,27 @@ def main(argv: list[str] | None = None) -> int:
         return f"{np.percentile(v, q):.3f}" if v else "--"
 
     print(f"{len(runs)} bundles, {tally.n} samples compared ({tally.timed} with sample_s)\n")
-    print("| consistent with the capture | share |")
-    print("|---|---:|")
-    print(f"| the `ss` run's start (`t` before format 1.8) | {share(tally.start, tally.n)} |")
-    print(f"| `t`, the run's middle | {share(tally.middle, tally.timed)} |")
-    print(f"| the whole run, `t +- sample_s / 2` | {share(tally.run, tally.timed)} |")
+    print("| consistent with the capture | samples | share |")
+    print("|---|---:|---:|")
+    print(f"| the `ss` run's start (`t` before format 1.8) | {tally.n} | "
+          f"{share(tally.start, tally.n)} |")
+    print(f"| `t`, the run's middle | {tally.timed} | {share(tally.middle, tally.timed)} |")
+    print(f"| the whole run, `t +- sample_s / 2` | {tally.timed} | "
+          f"{share(tally.run, tally.timed)} |")
     print()
     print("| quantity | p10 | median | p90 | max |")
     print("|---|---:|---:|---:|---:|")
     pos = tally.position
-    print(f"| where in the run the read came (share of the run) | {pct(pos, 10)} | "
+    print(f"| when in the run the read came, share of the run | {pct(pos, 10)} | "
           f"{pct(pos, 50)} | {pct(pos, 90)} | {pct(pos, 100)} |")
-    ln = tally.lengths
-    print(f"| `sample_s`, s | {pct(ln, 10)} | {pct(ln, 50)} | {pct(ln, 90)} | "
+    ms = [x * 1e3 for x in tally.after_start]
+    print(f"| ... ms after the run's start | {pct(ms, 10)} | {pct(ms, 50)} | {pct(ms, 90)} | "
+          f"{pct(ms, 100)} |")
+    ms = [x * 1e3 for x in tally.after_t]
+    print(f"| ... ms after `t` (negative: before) | {pct(ms, 10)} | {pct(ms, 50)} | "
+          f"{pct(ms, 90)} | {pct(ms, 100)} |")
+    ln = [x * 1e3 for x in tally.lengths]
+    print(f"| `sample_s`, ms | {pct(ln, 10)} | {pct(ln, 50)} | {pct(ln, 90)} | "
           f"{pct(ln, 100)} |")
     return 0
 

@@ -212,7 +212,7 @@ def fct_cdf_figure(res: Results) -> Figure:
 
 def sweep_figure(res: Results, param: str, metric: str,
                  policy: Sequence[str] | None = None) -> Figure:
-    """A runs column (metric, e.g. ``goodput_bps``) vs a swept parameter (param, e.g.
+    """A runs column (metric, e.g. ``throughput_bps_mean``) vs a swept parameter (param, e.g.
     ``"transport.cc"``), mean and Student t 95 % interval over repetitions: grouped bars
     for a categorical parameter, a line with a band for a numeric one, a bar colour / line
     per combination of the policy columns; runs not complete are left out and counted."""
@@ -222,6 +222,13 @@ def sweep_figure(res: Results, param: str, metric: str,
         if col not in res.runs:
             raise InputError(f"{col!r} is not a column of the runs table "
                              f"(have {', '.join(map(str, res.runs.columns))})")
+    import pandas as pd
+
+    values = pd.to_numeric(res.runs[metric], errors="coerce")
+    if values.isna().all() and res.runs[metric].notna().any():
+        raise InputError(f"{metric!r} holds no number (e.g. {res.runs[metric].dropna().iloc[0]!r})"
+                         "; give a numeric column of the runs table as the metric, e.g. "
+                         "'throughput_bps_mean'")
     return plots.sweep_figure(res.runs, param, metric, list(policy) if policy else None)
 
 

@@ -115,6 +115,8 @@ def test_figures(out: Path) -> None:
     assert len(cdf.axes[0].lines) == 2  # the step line and its points
     with pytest.raises(InputError, match="'nope' is not a column of the runs table"):
         api.sweep_figure(res, "nope", "flows")
+    with pytest.raises(InputError, match=r"'status' holds no number .*'complete'"):
+        api.sweep_figure(res, "name", "status")  # a text column: no empty figure
 
 
 def _fake(monkeypatch: pytest.MonkeyPatch) -> FakeRunner:
