@@ -85,12 +85,18 @@ def run_checks(assignment: Assignment, workspace: Path) -> list[CheckResult]:
     """
     import duckdb
 
-    from testbed.results.query import connect
+    from testbed.core.errors import InputError
+    from testbed.results.query import connect, one_statement
 
     con = connect(workspace)
     out = []
     try:
         for check in assignment.rubric.check:
+            try:
+                one_statement(check.sql, "sql", select_only=True)  # as the rubric's loading
+            except InputError as exc:
+                out.append(CheckResult(check, None, f"the check's query was refused: {exc}"))
+                continue
             try:
                 cur = con.execute(check.sql)
                 rows = cur.fetchall()

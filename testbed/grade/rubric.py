@@ -31,7 +31,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from testbed.core.errors import InputError
 from testbed.spec.experiment import Experiment
@@ -74,6 +81,16 @@ class Check(_Model):
     pass_: str = Field(alias="pass", min_length=1)
     fail: str = Field(min_length=1)
     hidden: bool = False
+
+    @field_validator("sql")
+    @classmethod
+    def _one_select(cls, sql: str) -> str:
+        from testbed.results.query import one_statement
+
+        try:
+            return one_statement(sql, "sql", select_only=True)
+        except InputError as exc:
+            raise ValueError(str(exc).removeprefix("sql: ")) from None
 
     @model_validator(mode="after")
     def _one_kind(self) -> Check:

@@ -80,10 +80,36 @@ def connect(out: Path) -> duckdb.DuckDBPyConnection:
 
 def lock_down(con: duckdb.DuckDBPyConnection) -> None:
     """Switch off the connection's access to files, the network and extensions
-    (``enable_external_access``) and lock every setting (``lock_configuration``), so no
-    later statement can switch it back on."""
+    (``enable_external_access``) and its spilling of large intermediate results into a
+    ``.tmp`` folder of the working directory (``temp_directory``: none), and lock every
+    setting (``lock_configuration``), so no later statement can switch them back on."""
+    con.execute("SET temp_directory = ''")  # before: external access off forbids it
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
+
+
+def one_statement(sql: str, where: str, select_only: bool = False) -> str:
+    """The one SQL statement of sql, or `InputError` (``where: ...``, one line) when it
+    holds several or (select_only) one that is not a SELECT: a rubric's check may only
+    read the views, never create, replace or drop what later checks read."""
+    import duckdb
+
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise InputError(f"{where}: {first[:200]}") from None
+    if not statements:
+        raise InputError(f"{where}: no SQL given (blank, or only a comment); give one "
+                         "SELECT over the views")
+    if len(statements) > 1:
+        raise InputError(f"{where}: {len(statements)} SQL statements; give one "
+                         "(a SELECT over the views)")
+    if select_only and statements[0].type != duckdb.StatementType.SELECT:
+        kind = str(statements[0].type).rsplit(".", 1)[-1]
+        raise InputError(f"{where}: a {kind} statement; a check is one SELECT over the "
+                         "views (it may not create, change or drop anything)")
+    return sql
 
 
 def view_tables(out: Path) -> dict[str, pa.Table | None]:
@@ -197,6 +223,7 @@ def run_query(out: Path, sql: str) -> pd.DataFrame:
 
     if not sql.strip():
         raise InputError('query: no SQL given; e.g. testbed query DIR "SELECT * FROM runs"')
+    one_statement(sql, "query")
     con = connect(out)
     try:
         result = con.execute(sql)

@@ -286,20 +286,39 @@ def test_sql_reaches_no_file_setting_or_extension(out, tmp_path, sql):
     assert "1,2" not in str(exc.value)
 
 
-def test_a_rubric_check_cannot_write_a_file(out, tmp_path):
-    """Grading runs an assignment's SQL (somebody else's file) as root: a check that
-    copies a table out fails as a check, and nothing is written."""
+def test_a_rubric_check_cannot_write_a_file_or_change_the_views(out, tmp_path):
+    """Grading runs an assignment's SQL (somebody else's file) as root.  A check that is
+    not one SELECT is refused when the rubric loads; should one reach the grader anyway
+    (built without validation), it fails as a check, nothing is written, and the views
+    later checks read are unchanged."""
+    import pydantic
+
     from testbed.grade.checks import run_checks
     from testbed.grade.rubric import Check
 
     target = tmp_path / "out.csv"
-    checks = [Check(name="copy", sql=f"COPY (SELECT * FROM runs) TO '{target}'", expected=1,
-                    points=1, **{"pass": "p", "fail": "f"}),
-              Check(name="count", sql="SELECT count(*) FROM runs", expected=4, points=1,
-                    **{"pass": "p", "fail": "f"})]
+    fields = {"expected": 1, "points": 1, "pass": "p", "fail": "f"}
+    bad_sql = [f"COPY (SELECT * FROM runs) TO '{target}'",
+               "CREATE OR REPLACE TEMP VIEW runs AS SELECT 1 AS x",
+               "DROP VIEW runs; SELECT 1",
+               "SELECT 1; SELECT 2"]
+    for sql in bad_sql:
+        with pytest.raises(pydantic.ValidationError, match="statement"):
+            Check(name="bad", sql=sql, **fields)
+    checks = [Check.model_construct(name=f"bad{i}", sql=sql, expected=1.0, points=1.0,
+                                    pass_="p", fail="f", tolerance=0.0, relative=False,
+                                    min=None, max=None, hidden=False)
+              for i, sql in enumerate(bad_sql)]
+    checks.append(Check(name="count", sql="SELECT count(*) FROM runs", **{**fields,
+                                                                       "expected": 4}))
     assignment = type("A", (), {"rubric": type("R", (), {"check": checks})()})()
-    copy, count = run_checks(assignment, out)
-    assert copy.measured is None and "the check's query failed" in copy.note
-    assert "Permission Error" in copy.note
+    *refused, count = run_checks(assignment, out)
+    assert all(r.measured is None and "the check's query was refused" in r.note
+               for r in refused)
     assert count.measured == 4 and count.passed
     assert not target.exists()
+
+
+def test_a_query_is_one_statement(out):
+    with pytest.raises(InputError, match="query: 2 SQL statements; give one"):
+        run_query(out, "SELECT 1; SELECT 2")
