@@ -68,7 +68,39 @@ def load_metadata(run_dir: Path) -> dict:
     if not isinstance(meta, dict):
         raise S.SampleFormatError(f"{p}: not a JSON object; re-run the run")
     check_format(meta, p)
+    check_shapes(meta, p)
     return meta
+
+
+# the metadata.json keys the analysis reads, and what each must hold when present
+_OBJECT_KEYS = ("interfaces", "captures", "controller", "readiness", "fidelity_raw", "links",
+                "params")
+
+
+def check_shapes(meta: dict, path: Path) -> None:
+    """Raise `SampleFormatError` (one line naming the file and the key) when a key the
+    analysis reads holds the wrong kind of value: ``t0`` a number, the others objects
+    (null allowed), and each ``interfaces`` entry an object whose ``host`` and ``addr``
+    are text.  A run writes them so; anything else was edited or damaged."""
+    def bad(key: str, want: str, value: object) -> S.SampleFormatError:
+        return S.SampleFormatError(
+            f"{path}: {key} holds {type(value).__name__} {str(value)[:40]!r}, not {want}; "
+            "the file was edited or damaged: re-run the run (or restore it)")
+
+    t0 = meta.get("t0")
+    if t0 is not None and (isinstance(t0, bool) or not isinstance(t0, (int, float))):
+        raise bad("t0", "a number (epoch seconds)", t0)
+    for key in _OBJECT_KEYS:
+        value = meta.get(key)
+        if value is not None and not isinstance(value, dict):
+            raise bad(key, "an object", value)
+    for intf, info in (meta.get("interfaces") or {}).items():
+        if not isinstance(info, dict):
+            raise bad(f"interfaces.{intf}", "an object {host, path, addr}", info)
+        for field in ("host", "addr"):
+            v = info.get(field)
+            if v is not None and not isinstance(v, str):
+                raise bad(f"interfaces.{intf}.{field}", "text", v)
 
 
 def capture_interfaces(meta: dict) -> dict[str, dict]:

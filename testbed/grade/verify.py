@@ -180,6 +180,13 @@ def rebuild_one(src: Path, dest: Path) -> RunCheck:
         why = one_line(exc).replace(str(dest), str(src))
         raise VerifyError(f"{src.name}: cannot be re-analysed from its captures "
                           f"({why})") from None
+    except (TypeError, AttributeError, KeyError) as exc:
+        # a value of a kind no run writes, in a file the shape checks do not cover: one
+        # student's damaged bundle is that student's error row, not the class's traceback
+        why = one_line(exc).replace(str(dest), str(src))
+        raise VerifyError(f"{src.name}: cannot be re-analysed: one of its files holds a "
+                          f"value of a kind no run writes ({type(exc).__name__}: {why}); "
+                          "re-run the run") from None
     for table in VIEWS:
         stored = safefiles.file_in(src, f"metrics/{table}.parquet")
         if stored is None:

@@ -179,3 +179,26 @@ def test_a_column_a_later_format_added_without_data_is_no_difference() -> None:
     assert not _same(stored, stored.assign(sample_s=[0.1, 0.1]))
     assert not _same(stored.assign(sample_s=[0.1, 0.1]), stored)
     assert not _same(stored, stored.assign(cwnd=[10.0, 13.0], sample_s=[None, None]))
+
+
+@pytest.mark.parametrize(("key", "value", "named"), [
+    ("interfaces", "zz", "interfaces holds str 'zz', not an object"),
+    ("interfaces", {"client-eth0": 3}, "interfaces.client-eth0 holds int"),
+    ("interfaces", {"client-eth0": {"host": "client", "addr": 7}},
+     "interfaces.client-eth0.addr holds int"),
+    ("t0", "x", "t0 holds str 'x', not a number"),
+    ("captures", [], "captures holds list"),
+])
+def test_a_metadata_value_of_the_wrong_kind_is_one_line_naming_file_and_key(
+        tmp_path: Path, key: str, value: object, named: str) -> None:
+    from analysis.bundle import load_metadata
+    from analysis.samples import SampleFormatError
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metadata.json").write_text(json.dumps({"format_version": "1.8", key: value}))
+    with pytest.raises(SampleFormatError) as exc:
+        load_metadata(run)
+    text = str(exc.value)
+    assert len(text.splitlines()) == 1 and named in text
+    assert str(run / "metadata.json") in text and "re-run the run" in text
