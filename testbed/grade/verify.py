@@ -25,7 +25,7 @@ from testbed.core import safefiles
 from testbed.core.compat import tomllib
 from testbed.core.errors import InputError, one_line
 from testbed.grade.rubric import Assignment, fixed_differences
-from testbed.results.bundle import Bundle
+from testbed.results.bundle import BROKEN, Bundle
 from testbed.results.query import VIEWS
 from testbed.results.summary import take_analysis
 
@@ -46,13 +46,14 @@ class RunCheck:
     spec_problems: list[str] = field(default_factory=list)
     manifest: list[str] = field(default_factory=list)  # what manifest.sha256 does not match
     source: Path | None = None  # the bundle that was re-analysed (before its copy)
+    broken: str | None = None  # why the views leave the run out as ``broken``, if they do
 
     @property
     def flagged(self) -> bool:
-        return bool(self.differs or self.spec_problems or self.manifest)
+        return bool(self.differs or self.spec_problems or self.manifest or self.broken)
 
     def lines(self) -> list[str]:
-        out = []
+        out = [f"{self.run_id}: {self.broken}"] if self.broken else []
         if self.differs:
             out.append(f"{self.run_id}: stored metrics differ from the captures' "
                        f"({', '.join(self.differs)}); graded on the recomputed ones")
@@ -202,6 +203,9 @@ def rebuild_one(src: Path, dest: Path) -> RunCheck:
     take_analysis(meta, head)  # the fidelity verdict stays as the run recorded it
     meta["files"] = bundle.manifest()
     bundle.write_metadata(meta)
+    if bundle.status() == BROKEN:
+        check.broken = (f"status {meta.get('status')!r} is not a run status, so the views "
+                        "leave the run out as broken and no check reads it; re-run the run")
     return check
 
 

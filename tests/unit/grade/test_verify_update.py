@@ -202,3 +202,23 @@ def test_a_metadata_value_of_the_wrong_kind_is_one_line_naming_file_and_key(
     text = str(exc.value)
     assert len(text.splitlines()) == 1 and named in text
     assert str(run / "metadata.json") in text and "re-run the run" in text
+
+
+@pytest.mark.parametrize("status", ["bogus", ["complete"]])
+def test_a_run_the_views_leave_out_as_broken_is_flagged(sweep: Path, tmp_path: Path,
+                                                         status: object) -> None:
+    """A status no run writes makes the run `broken` in the views, so no check reads it:
+    verification says so instead of `ok`."""
+    from testbed.grade.verify import rebuild
+
+    copy = tmp_path / "in"
+    shutil.copytree(sweep, copy)
+    run = sorted(p for p in copy.iterdir() if (p / "metadata.json").is_file())[0]
+    meta = json.loads((run / "metadata.json").read_text())
+    meta["status"] = status
+    (run / "metadata.json").write_text(json.dumps(meta))
+    result = rebuild(copy, tmp_path / "ws")
+    flagged = [r for r in result.runs if r.flagged]
+    assert [r.run_id for r in flagged] == [run.name]
+    assert any("is not a run status" in line and "broken" in line
+               for line in flagged[0].lines())
