@@ -143,12 +143,16 @@ def second_restarts(run: Path) -> list[dict[str, Any]]:
 
 
 def cwnd_after(run: Path, t_from: float, t_to: float) -> list[int]:
-    """The sender's cwnd samples (segments) between t_from and t_to (epoch seconds)."""
+    """The sender's cwnd samples (segments) read between t_from and t_to (epoch seconds):
+    those whose ``ss`` run began at or after t_from and whose time ``t`` is at most t_to.
+    A sample's ``t`` is the middle of its run (``sample_s`` long, docs/transport.md), so
+    a run that began before t_from may have read the socket before it."""
     host, sport = _sender(run)
     out = []
     for line in (run / "samples" / "cwnd.jsonl").read_text().splitlines():
         r = json.loads(line)
+        began = float(r["t"]) - float(r.get("sample_s") or 0.0) / 2
         if r.get("host") == host and r.get("sport") == sport and \
-                t_from <= float(r["t"]) <= t_to and r.get("cwnd") is not None:
+                t_from <= began and float(r["t"]) <= t_to and r.get("cwnd") is not None:
             out.append(int(r["cwnd"]))
     return out
