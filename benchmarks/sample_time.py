@@ -39,6 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
+from analysis import tshark
+
 SERVER_PORTS = (5001, 5201)  # the flow tool's and iperf3's server ports
 
 
@@ -78,17 +80,14 @@ class Tally:
 
 def ack_intervals(pcap: Path, sport: int, dport: int) -> tuple[np.ndarray, np.ndarray]:
     """(arrival times, relative ACK numbers) of the ACKs from dport to sport, by tshark."""
-    res = subprocess.run(["tshark", "-r", str(pcap), "-Y",
-                          f"tcp.srcport == {dport} && tcp.dstport == {sport}",
-                          "-T", "fields", "-e", "frame.time_epoch", "-e", "tcp.ack"],
-                         capture_output=True, text=True, check=True)
-    times, acks = [], []
-    for line in res.stdout.splitlines():
-        parts = line.split("\t")
-        if len(parts) == 2 and parts[0] and parts[1]:
-            times.append(float(parts[0]))
-            acks.append(int(parts[1]))
-    return np.array(times), np.array(acks, np.int64)
+    fields = ("frame.time_epoch", "tcp.ack")
+    res = subprocess.run(tshark.fields_argv(pcap, fields, display_filter=(
+        f"tcp.srcport == {dport} && tcp.dstport == {sport}")),
+        capture_output=True, text=True, check=True)
+    got = tshark.parse_fields(res.stdout, fields)
+    got = got[(got["frame.time_epoch"] != "") & (got["tcp.ack"] != "")]
+    return (got["frame.time_epoch"].astype(float).to_numpy(),
+            got["tcp.ack"].astype(np.int64).to_numpy())
 
 
 def compare(samples: Iterable[dict], times: np.ndarray, acks: np.ndarray,
