@@ -74,7 +74,11 @@ def _one_number(rows: list[tuple], ncols: int) -> tuple[float | None, str]:
         number = float(value)
     except (TypeError, ValueError):
         return None, f"the query gave {str(value)[:40]!r}, not a number"
-    return (number, "") if not math.isnan(number) else (None, "nothing measured (NaN)")
+    if math.isnan(number):
+        return None, "nothing measured (NaN)"
+    if math.isinf(number):  # lo <= inf <= inf would pass a min-only check
+        return None, f"the query gave {number}, not a finite number"
+    return number, ""
 
 
 def run_checks(assignment: Assignment, workspace: Path) -> list[CheckResult]:

@@ -72,6 +72,12 @@ def entries(submissions: Path) -> list[Entry]:
     if not submissions.is_dir():
         raise InputError(f"{submissions}: no such folder; give a folder holding one folder "
                          "or archive (zip, tar.gz) per student")
+    for own in ("metadata.json", "summary.parquet"):  # one run's or one sweep's results
+        if (submissions / own).exists() or (submissions / own).is_symlink():
+            raise InputError(f"{submissions}: a results folder (it holds {own}), not a "
+                             "class's submissions; give the folder holding one folder or "
+                             "archive per student, or check one student's results with "
+                             "`testbed check`")
     out: list[Entry] = []
     seen: set[str] = set()
     for p in sorted(submissions.iterdir()):

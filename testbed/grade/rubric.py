@@ -191,9 +191,12 @@ def load_assignment(name: str) -> Assignment:
     """
     folder = assignment_folder(name)
     path = folder / "rubric.toml"
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         raise AssignmentError(f"{folder}: no rubric.toml; an assignment folder holds its "
                               "specs, questions.md and rubric.toml (docs/assignments.md)")
+    if not path.is_file():  # it was reported as missing
+        raise AssignmentError(f"{path}: not a regular file (a folder, FIFO, device or a "
+                              "dangling link); write the rubric as a TOML file")
     data = read_toml(path)
     try:
         rubric = Rubric.model_validate(data)
@@ -201,8 +204,8 @@ def load_assignment(name: str) -> Assignment:
         raise AssignmentError("\n".join(f"{path}: {p}" for p in _problems(exc, data))) \
             from None
     if not (folder / "questions.md").is_file():
-        raise AssignmentError(f"{folder}: no questions.md; write the questions students "
-                              "answer there")
+        raise AssignmentError(f"{folder}: no questions.md (or not a regular file); write "
+                              "the questions students answer there")
     specs = {}
     for part in rubric.spec:
         spec_path = folder / part.file

@@ -12,6 +12,7 @@ value::
 from __future__ import annotations
 
 import difflib
+import math
 import re
 import types
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
@@ -224,5 +225,8 @@ def describe_error(err: Any, data: Any) -> str:
             msg = msg[len(prefix):]
     if msg.startswith("Input should be"):
         msg = f"{show_value(value)} must be" + msg[len("Input should be"):]
+    if etype == "finite_number" and isinstance(value, float) and math.isinf(value):
+        # TOML reads 1e400 as infinity: the user never wrote "inf"
+        msg += " (a number beyond 1.8e308, such as 1e400, reads as infinity)"
     return f"{path}: {msg}"
 

@@ -322,3 +322,18 @@ def test_a_rubric_check_cannot_write_a_file_or_change_the_views(out, tmp_path):
 def test_a_query_is_one_statement(out):
     with pytest.raises(InputError, match="query: 2 SQL statements; give one"):
         run_query(out, "SELECT 1; SELECT 2")
+
+
+def test_a_check_measuring_infinity_fails(out):
+    """A query giving infinity passed a min-only check (``min <= inf <= inf``).  It is
+    measured as nothing, with the reason."""
+    from testbed.grade.checks import run_checks
+    from testbed.grade.rubric import Check
+
+    checks = [Check(name=f"c{i}", sql=f"SELECT '{v}'::DOUBLE", min=0, points=1, **{
+        "pass": "p", "fail": "f"}) for i, v in enumerate(["inf", "-inf", "2"])]
+    assignment = type("A", (), {"rubric": type("R", (), {"check": checks})()})()
+    pos, neg, two = run_checks(assignment, out)
+    assert not pos.passed and pos.measured is None and "not a finite number" in pos.note
+    assert not neg.passed and neg.measured is None and "not a finite number" in neg.note
+    assert two.passed and two.measured == 2

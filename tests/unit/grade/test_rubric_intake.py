@@ -174,3 +174,40 @@ def test_students_whose_names_clean_up_alike_keep_a_page_each(tmp_path: Path) ->
     names = [e.student for e in entries(subs)]
     assert len(set(names)) == len(names) == 5, names
     assert "alice" in names and "alice.zip" in names and "x_y" in names, names
+
+
+@pytest.mark.parametrize("own", ["metadata.json", "summary.parquet"])
+def test_one_students_results_are_not_taken_for_a_class(tmp_path: Path, own: str) -> None:
+    """`testbed grade` given one student's results folder (or one run) graded each of its
+    run folders as a student, each with an error row.  It is refused with one line that
+    names what the folder is and the command for one student's results."""
+    from testbed.core.errors import InputError
+    from testbed.grade.intake import entries
+
+    results = tmp_path / "results"
+    (results / "run-0001").mkdir(parents=True)
+    (results / own).write_bytes(b"")
+    with pytest.raises(InputError, match=f"a results folder \\(it holds {own}\\).*testbed check"):
+        entries(results)
+
+
+def test_a_rubric_that_is_no_file_is_named_as_such(tmp_path: Path) -> None:
+    """A FIFO or a folder named rubric.toml was reported as "no rubric.toml"."""
+    folder = _assignment(tmp_path, 'title = "t"\n[[spec]]\nfile = "paths.toml"\n' + GOOD_CHECK)
+    (folder / "rubric.toml").unlink()
+    os.mkfifo(folder / "rubric.toml")
+    with pytest.raises(AssignmentError, match=r"rubric\.toml: not a regular file"):
+        load_assignment(str(folder))
+    (folder / "rubric.toml").unlink()
+    with pytest.raises(AssignmentError, match=r"hw: no rubric\.toml"):
+        load_assignment(str(folder))
+
+
+def test_a_number_toml_reads_as_infinity_says_so(tmp_path: Path) -> None:
+    """``min = 1e400`` was reported as "inf must be a finite number": a value the
+    instructor never wrote."""
+    folder = _assignment(tmp_path, 'title = "t"\n[[spec]]\nfile = "paths.toml"\n'
+                         + GOOD_CHECK.replace("expected = 1\n", "min = 1e400\n"))
+    with pytest.raises(AssignmentError, match=r"check\[0\]\.min: .*such as 1e400, reads as "
+                       "infinity"):
+        load_assignment(str(folder))
