@@ -191,7 +191,14 @@ def throughput_figure(res: Results, kind: str = "path") -> Figure:
     if kind not in SERIES_KINDS:
         raise InputError(f"kind {kind!r}: use one of {', '.join(SERIES_KINDS)}")
     run_id, res = _one_run(res)
-    return plots.throughput_figure(res.timeseries, kind, res.events,
+    ts = res.timeseries
+    if not (ts["kind"] == kind).any():  # a blank figure would say nothing
+        have = sorted(set(ts["kind"].dropna().astype(str)))
+        raise InputError(f"run {run_id} has no {kind!r} series (a fat-tree run has no paths, a "
+                         "TCP run no subflows or connections); "
+                         + (f"it has: {', '.join(have)}" if have else
+                            "its timeseries table is empty (no captures analysed?)"))
+    return plots.throughput_figure(ts, kind, res.events,
                                    title=f"Throughput per {kind}: {run_id}")
 
 
@@ -199,7 +206,10 @@ def cwnd_figure(res: Results) -> Figure:
     """Congestion window vs time of one run, a line per (sub)flow socket."""
     from analysis import plots
 
-    _one_run(res)
+    run_id, _ = _one_run(res)
+    if not len(res.cwnd):
+        raise InputError(f"run {run_id} has no cwnd samples (its spec's sampler was off, or "
+                         "no socket was open when it sampled)")
     return plots.cwnd_figure(res.cwnd)
 
 
@@ -207,6 +217,10 @@ def fct_cdf_figure(res: Results) -> Figure:
     """CDF of the flow completion times of the top-level flows of every loaded run."""
     from analysis import plots
 
+    top = res.flows[res.flows["parent"].fillna("") == ""]
+    if not top["fct_s"].notna().any():
+        raise InputError("no loaded flow has a completion time (fct_s): no top-level flow "
+                         "in these runs, or none was analysed")
     return plots.fct_cdf_figure(res.flows)
 
 

@@ -3,6 +3,7 @@ run/study with a progress callback (the experiment itself faked, as in test_resu
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -110,13 +111,31 @@ def test_figures(out: Path) -> None:
     assert MPTCP_RUN in fig.axes[0].get_title()
     with pytest.raises(InputError, match="kind 'paths': use one of path, subflow"):
         api.throughput_figure(res.select(MPTCP_RUN), kind="paths")  # a typo: no empty axes
-    assert isinstance(api.cwnd_figure(res.select(TCP_RUN)), Figure)
+    samples = pd.DataFrame({"run_id": TCP_RUN, "host": "client", "src_addr": "10.0.0.1",
+                            "sport": 5201, "t_rel": [0.1, 0.2], "cwnd": [10, 20]})
+    fig = api.cwnd_figure(dataclasses.replace(res.select(TCP_RUN), cwnd=samples))
+    assert len(fig.axes[0].lines) == 1  # a line per socket
     cdf = api.fct_cdf_figure(res)
     assert len(cdf.axes[0].lines) == 2  # the step line and its points
     with pytest.raises(InputError, match="'nope' is not a column of the runs table"):
         api.sweep_figure(res, "nope", "flows")
     with pytest.raises(InputError, match=r"'status' holds no number .*'complete'"):
         api.sweep_figure(res, "name", "status")  # a text column: no empty figure
+
+
+def test_a_figure_with_nothing_to_draw_says_so(out: Path) -> None:
+    """A TCP run's subflow figure, a run without cwnd samples and flows without a
+    completion time drew empty axes and said nothing.  Each is one line naming what is
+    missing (and, for a series, the kinds the run has)."""
+    res = api.load(out)
+    tcp = res.select(TCP_RUN)
+    with pytest.raises(InputError, match=rf"run {TCP_RUN} has no 'subflow' series.*it has: "):
+        api.throughput_figure(tcp, kind="subflow")
+    assert not len(tcp.cwnd)  # these two runs were made without the cwnd sampler
+    with pytest.raises(InputError, match=rf"run {TCP_RUN} has no cwnd samples"):
+        api.cwnd_figure(tcp)
+    with pytest.raises(InputError, match="no loaded flow has a completion time"):
+        api.fct_cdf_figure(dataclasses.replace(res, flows=res.flows.assign(fct_s=None)))
 
 
 def _fake(monkeypatch: pytest.MonkeyPatch) -> FakeRunner:
