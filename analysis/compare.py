@@ -40,7 +40,7 @@ from testbed.core import safefiles
 from testbed.core.errors import InputError
 from testbed.results.bundle import COMPLETE, Bundle, check_format
 from testbed.results.folders import bundles_at, not_bundles
-from testbed.results.query import check_readable, stacked_table
+from testbed.results.query import check_readable, metrics_table
 from testbed.results.summary import PROTECTED_COLUMNS, run_row
 from testbed.spec.sweep import value_name
 
@@ -322,7 +322,7 @@ def load_side(label: str, runs: pd.DataFrame) -> Side:
     for table in ("flows", "timeseries", "rtt"):
         files = [(p, safefiles.file_in(Path(p), f"metrics/{table}.parquet"))
                  for p in side.runs["path"]]
-        side.tables[table] = stacked_table([(p, f) for p, f in files if f is not None]
+        side.tables[table] = metrics_table(table, [(p, f) for p, f in files if f is not None]
                                            ).to_pandas()
     return side
 

@@ -148,16 +148,15 @@ def _output_folders(path: Path) -> list[Path | Bundle]:
 
 def _one_bundle(bundle: Bundle) -> dict[str, pd.DataFrame | None]:
     from testbed.results.bundle import COMPLETE
-    from testbed.results.query import stacked_table
-    from testbed.results.typed import typed, with_declared
+    from testbed.results.query import metrics_table
 
     if bundle.status() != COMPLETE:
         return {t: None for t in VIEWS}
     out: dict[str, pd.DataFrame | None] = {}
     for t in VIEWS:
         f = safefiles.file_in(bundle.root, f"metrics/{t}.parquet")
-        out[t] = with_declared(t, typed(t, stacked_table([(bundle.run_id, f)]))[0]) \
-            .to_pandas() if f is not None else None
+        out[t] = metrics_table(t, [(bundle.run_id, f)]).to_pandas() if f is not None \
+            else None
     return out
 
 

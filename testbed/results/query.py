@@ -125,10 +125,15 @@ def view_tables(out: Path) -> dict[str, pa.Table | None]:
         files = [(b.run_id, safefiles.file_in(b.root, f"metrics/{table}.parquet"))
                  for b in complete]
         found = [(r, f) for r, f in files if f is not None]
-        # as the contract types each column, whatever older writers stored
-        tables[table] = with_declared(table, typed(table, stacked_table(found))[0]) \
-            if found else None
+        tables[table] = metrics_table(table, found) if found else None
     return tables
+
+
+def metrics_table(table: str, files: list[tuple[str, Path]]) -> pa.Table:
+    """`stacked_table` of one metrics table's files, each column of the contract's type
+    whatever older writers stored, and a column added after a bundle was written present,
+    null (`testbed.results.typed`)."""
+    return with_declared(table, typed(table, stacked_table(files))[0])
 
 
 def left_out(out: Path) -> list[str]:

@@ -242,3 +242,23 @@ def test_by_a_key_some_folders_do_not_set_is_refused(root, tmp_path):
     with pytest.raises(InputError, match=f"runs of {other} do not set workload.0") as exc:
         build([root / "mptcp", other], by="workload.0")
     assert len(str(exc.value).splitlines()) == 1
+
+
+def test_a_bundle_older_than_a_column_is_compared(root, tmp_path):
+    """Sides are read as the contract types them: a bundle written before a column existed
+    (here the flows table without ``ooo_ratio``, the timeseries without ``bin_s``) was
+    read without it, and the comparison failed on the missing column.  It now reads the
+    column, null, as `testbed query` and the API do."""
+    import pyarrow.parquet as pq
+
+    old = tmp_path / "old"
+    shutil.copytree(root / "mptcp", old)
+    for table, col in (("flows", "ooo_ratio"), ("timeseries", "bin_s")):
+        for f in old.glob(f"*/metrics/{table}.parquet"):
+            pq.write_table(pq.read_table(f).drop_columns([col]), f)
+    cmp = build([root / "tcp", old])
+    (_i, rows), = cmp.pairs
+    assert _row(rows, "flow: FCT, mean").n == (2, 2)
+    side = cmp.sides[1]
+    assert side.tables["flows"]["ooo_ratio"].isna().all()
+    assert side.tables["timeseries"]["bin_s"].isna().all()
