@@ -51,17 +51,25 @@ def analyze_files(paths: list[Path], out: Path | None, bin_s: float,
     from analysis.capture import CaptureAnalysis
     from analysis.pcap import stderr_progress
     from analysis.samples import empty_appflows
+    from testbed.core.errors import InputError
     from testbed.core.safefiles import atomic_write
     from testbed.results.typed import write_typed
 
     if out is not None:
         _refuse_a_bundles_folder(out)
+        if out.exists() and not out.is_dir():
+            raise InputError(f"--out {out}: not a folder; give a folder for the tables")
     show = stderr_progress()  # a line on stderr now and then while reading a large capture
     caps = [CaptureAnalysis.of(p, chunk_bytes, show) for p in paths]  # all read before writing
     tables = build_tables(caps, {}, empty_appflows(), bin_s)
     if out is not None:
         import pyarrow.parquet as pq
 
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(f"--out {out}: cannot make the folder ({exc.strerror}); give a "
+                             "folder you can write") from None
         for name in ("flows", "timeseries"):
             for problem in write_typed(name, tables[name], out / f"{name}.parquet"):
                 typer.echo(f"warning: {name}.parquet: {problem}", err=True)

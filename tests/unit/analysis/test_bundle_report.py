@@ -230,6 +230,13 @@ def test_cli_analyze_and_errors(tmp_path):
     r = CliRunner().invoke(app, ["analyze", str(cap), "--out", str(run / "metrics")])
     assert r.exit_code == 2 and "inside the run bundle" in r.output
     assert (run / "metadata.json").read_bytes() == before
+    # an --out that is a file, or that cannot be made: one line, not a traceback
+    (tmp_path / "afile").write_text("x")
+    for out, why in ((tmp_path / "afile", "not a folder"),
+                     (tmp_path / "afile" / "o", "cannot make the folder")):
+        r = CliRunner().invoke(app, ["analyze", str(cap), "--out", str(out)])
+        lines = [x for x in r.output.splitlines() if x.strip()]
+        assert r.exit_code == 2 and len(lines) == 1 and why in lines[0], r.output
 
 
 def test_sender_and_receiver_captures_answer_their_own_questions(tmp_path):

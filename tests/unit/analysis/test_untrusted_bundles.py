@@ -227,6 +227,41 @@ def test_report_out_refuses_a_run_whose_flows_table_is_a_link(tmp_path):
     assert not (tmp_path / "r.html").exists()
 
 
+def _tree(root):
+    return {p: p.read_bytes() if p.is_file() else None for p in sorted(root.rglob("*"))}
+
+
+@pytest.mark.parametrize("inside", ["metadata.json", "report.html", "sub/r.html"])
+def test_report_out_inside_the_folder_it_reads_is_refused(tmp_path, inside):
+    """With --out, DIR is only read; `--out DIR/metadata.json` replaced the run's own
+    metadata with the page, and figures went into DIR.  Refused, nothing written."""
+    run = _run_dir(tmp_path)
+    analyze_bundle(run)
+    (run / "sub").mkdir()
+    before = _tree(run)
+    with pytest.raises(InputError, match=r"--out .*: inside .*only reads; choose a file "
+                                         "outside it"):
+        report.write_report(run, out=run / inside)
+    assert _tree(run) == before
+
+
+def test_report_out_does_not_follow_a_link_at_its_figures_folder(tmp_path):
+    """`--out o/f.html` saves figures in o/f-figures/; a link planted there took them
+    wherever it pointed.  The page is written (figures embedded) and the figures are not
+    saved, with a warning."""
+    run = _run_dir(tmp_path)
+    analyze_bundle(run)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "f-figures").symlink_to(victim)
+    warnings: list[str] = []
+    page = report.write_report(run, out=tmp_path / "o" / "f.html", warnings=warnings)
+    assert "<svg" in page.read_text()
+    assert not list(victim.iterdir())
+    assert any("figures not saved" in w and "symbolic link" in w for w in warnings), warnings
+
+
 # -- no globs in queries -----------------------------------------------------------------
 
 def test_query_folder_names_with_glob_and_quote_characters(tmp_path):
