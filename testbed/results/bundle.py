@@ -285,32 +285,54 @@ class Bundle:
         ``complete`` is only returned when every file of the manifest is present with its
         recorded size; a bundle that claims completeness but is not is ``broken``, and so
         is one whose metadata.json is not valid; ``unreadable`` when this user may not
-        read metadata.json.
+        read metadata.json.  `status_and_why` also says why.
         """
+        return self.status_and_why()[0]
+
+    def status_and_why(self) -> tuple[str, str | None]:
+        """(`status`, why it is ``broken`` or ``unreadable`` in words, else None): e.g.
+        ``metadata.json: not valid JSON ...`` or ``metrics/flows.parquet is 812 bytes, the
+        run wrote 4096``."""
         if not self.root.exists():
-            return "missing"
+            return "missing", None
         meta, why = self.load_metadata()
         if meta is None:
-            return UNREADABLE if why == "permission denied" else BROKEN
+            return (UNREADABLE if why == "permission denied" else BROKEN), f"metadata.json: {why}"
         status = meta.get("status")
         if status == COMPLETE:
             try:
-                return COMPLETE if self._all_files_in_place(meta) else BROKEN
-            except PermissionError:
-                return UNREADABLE
-        return status if status in STATUSES else BROKEN
+                problem = self._file_problem(meta)
+            except PermissionError as exc:
+                return UNREADABLE, f"{exc.filename}: permission denied"
+            return (COMPLETE, None) if problem is None else (BROKEN, problem)
+        if status in STATUSES:
+            return status, None
+        return BROKEN, f"metadata.json: status {str(status)[:40]!r} is none a run writes " \
+                       f"({', '.join(STATUSES)})"
 
-    def _all_files_in_place(self, meta: dict[str, Any]) -> bool:
+    def _file_problem(self, meta: dict[str, Any]) -> str | None:
+        """Why the files of a complete run are not in place, or None."""
         files = meta.get("files")
-        if not isinstance(files, dict) or self.missing(self.required(meta)):
-            return False
+        if not isinstance(files, dict):
+            return "metadata.json: no list of the run's files (\"files\")"
+        lost = self.missing(self.required(meta))
+        if lost:
+            return f"{lost[0]} is missing"
         for rel, size in files.items():
             p = self.root / rel
             # a file reached through a linked folder (metrics/ -> elsewhere) is not in place:
             # no reader follows the link, so the run would read as complete and empty
-            if safefiles.check(self.root, p) is not None or p.stat().st_size != size:
-                return False
-        return True
+            why = safefiles.check(self.root, p)
+            if why is not None:
+                parts = Path(rel).parts
+                link = next((Path(*parts[:i]) for i in range(1, len(parts) + 1)
+                             if (self.root / Path(*parts[:i])).is_symlink()), None)
+                return f"{link} is {safefiles.SYMLINK}" if link is not None else \
+                    f"{rel} is {why}"
+            have = p.stat().st_size
+            if have != size:
+                return f"{rel} is {have} bytes, the run wrote {size}"
+        return None
 
     def is_complete(self) -> bool:
         """True when the run finished and everything it wrote is in place."""

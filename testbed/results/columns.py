@@ -357,8 +357,9 @@ RUNS = Table("runs", "summary.parquet", "one per bundle of DIR (the view is rebu
              extra_doc="plus one column per swept key, named after its dotted key path "
                        "(e.g. `transport.cc`, quote it in SQL), holding the value as "
                        "written in the sweep; a swept key named like a column above "
-                       "(`seed`, `fidelity`, a phase time `*_s`) gets `param:<key>` "
-                       "instead (e.g. `param:seed`), so it never replaces that column")
+                       "(`seed`, `fidelity`, a headline metric such as `flows`, a phase "
+                       "time `*_s`) gets `param:<key>` instead (e.g. `param:seed`), so it "
+                       "never replaces that column")
 
 TABLES: dict[str, Table] = {t.name: t for t in (FLOWS, TIMESERIES, CWND, PING, EVENTS, RTT,
                                                  RUNS)}

@@ -142,10 +142,9 @@ def left_out(out: Path) -> list[str]:
     metrics views)."""
     lines = not_bundles(out)
     for b in bundles_at(out):
-        if b.status() == BROKEN:
-            lines.append(f"{b.root}: broken (its metadata.json is not valid, or a file of "
-                         "its manifest is missing, changed or reached through a link); in "
-                         "runs, left out of the other views")
+        status, why = b.status_and_why()
+        if status == BROKEN:
+            lines.append(f"{b.root}: broken ({why}); in runs, left out of the other views")
     return lines
 
 

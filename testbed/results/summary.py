@@ -39,15 +39,18 @@ FIDELITY_CHECKS = ("rate_ratio_min", "rtt_excess_ms_max", "first_rtt_ms", "event
                    "cpu_saturated_share", "cpu_busiest_mean", "emulator_ooo_ratio_max",
                    "softnet_dropped", "ovs_upcalls_lost", "controller_restarts")
 FIDELITY_COLUMNS = ("fidelity", "fidelity_reasons", *(f"fidelity_{k}" for k in FIDELITY_CHECKS))
-# the columns a run's own record sets; a swept key of the same name gets ``param:<key>``
-PROTECTED_COLUMNS = (*IDENTITY_COLUMNS, *FIDELITY_COLUMNS)
+# the columns a run's own record sets (identity, fidelity, phase times and headline, every
+# column the contract declares); a swept key of the same name gets ``param:<key>``
+PROTECTED_COLUMNS = tuple(dict.fromkeys((*IDENTITY_COLUMNS, *FIDELITY_COLUMNS,
+                                         *table("runs").names())))
 
 
 def param_column(key: str, taken: set[str] | tuple[str, ...] = PROTECTED_COLUMNS) -> str:
     """The summary column of swept key: the key itself (``transport.cc``), or
     ``param:<key>`` when that name is an identity column (``seed``, ``status``, ...), a
-    fidelity column (``fidelity``, ``fidelity_*``) or a phase-time column (``*_s`` without
-    a dot), so no parameter replaces them."""
+    fidelity column (``fidelity``, ``fidelity_*``), a headline column (``flows``,
+    ``bytes``, ...) or a phase-time column (``*_s`` without a dot), so no parameter
+    replaces them."""
     key = str(key)
     if key in taken or (key.endswith("_s") and "." not in key) or \
             key.startswith(PARAM_PREFIX):
@@ -126,7 +129,13 @@ def runs_frame(out: Path) -> pd.DataFrame:
     rows = [run_row(b) for b in bundles_at(out)]
     df = pd.DataFrame(rows, columns=None if rows else list(IDENTITY_COLUMNS))
     for col in df.columns:
-        df[col] = _declared(col, _uniform(df[col]))
+        df[col] = _uniform(_declared(col, df[col]))
+    # every declared column, null where no run has it (no run analysed yet: no headline)
+    for i, col in enumerate(table("runs").columns):
+        if col.name not in df:
+            null = pd.Series([None] * len(df), dtype="float64" if col.dtype in (FLT, INT)
+                             else "object")
+            df.insert(min(i, len(df.columns)), col.name, null)
     return df
 
 
@@ -134,14 +143,23 @@ def _declared(name: str, col: pd.Series) -> pd.Series:
     """A numeric column declared in `testbed.results.columns` (table RUNS) as float64,
     whatever its values: a column whose every value is null is otherwise untyped
     (``object``), so the same column's type would depend on the runs a folder holds.  A
-    column holding something else than numbers (a crafted metadata.json) stays as it is."""
+    value that is no number (a crafted metadata.json's ``"fast"``) is null, so one run
+    cannot turn the column into text for every run of the folder."""
     try:
         kind = table("runs").col(name).dtype
     except KeyError:
         return col
+    if kind not in (FLT, INT):
+        return col
+
+    def number(v: Any) -> bool:
+        return isinstance(v, int | float) and not isinstance(v, bool)
+
     values = [v for v in col if v is not None and v == v]
-    numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
-    if numbers and (kind == FLT or (kind == INT and len(values) < len(col))):
+    if not all(number(v) for v in values):
+        col = col.map(lambda v: v if number(v) else None)
+        values = [v for v in values if number(v)]
+    if kind == FLT or len(values) < len(col):
         return col.astype("float64")
     return col
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 from test_results import FakeRunner, plans
 from typer.testing import CliRunner
@@ -212,6 +213,12 @@ def test_runs_left_out_of_the_views_are_named(tmp_path, out):
     assert sorted(line.split(":")[0] for line in lines) == sorted(
         map(str, (linked_meta, linked_metrics, truncated)))
     assert "metadata.json is a symbolic link" in " ".join(lines)
+    # each broken run says why (the line was the same catch-all for every cause)
+    why = {line.split(":")[0]: line for line in lines}
+    assert "broken (metrics is a symbolic link" in why[str(linked_metrics)]
+    size = flows.stat().st_size
+    assert f"broken (metrics/flows.parquet is {size} bytes, the run wrote " \
+        in why[str(truncated)]
     status = dict(run_query(o, "SELECT run_id, status FROM runs").values.tolist())
     assert status[linked_metrics.name] == status[truncated.name] == "broken"
     assert linked_meta.name not in status
@@ -337,3 +344,38 @@ def test_a_check_measuring_infinity_fails(out):
     assert not pos.passed and pos.measured is None and "not a finite number" in pos.note
     assert not neg.passed and neg.measured is None and "not a finite number" in neg.note
     assert two.passed and two.measured == 2
+
+
+def test_runs_keep_their_declared_columns_and_types_whatever_a_bundle_says(tmp_path, out):
+    """A folder of runs not analysed yet (no headline) had no headline columns, so a
+    query naming one failed; a crafted ``"flows"`` parameter replaced the headline's
+    ``flows``; a headline value ``"fast"`` made the column text for every run."""
+    import json
+
+    o = _copy(out, tmp_path)
+    metas = sorted(o.glob("*/metadata.json"))
+    for m in metas:
+        meta = json.loads(m.read_text())
+        meta["headline"] = {}
+        m.write_text(json.dumps(meta))
+    df = run_query(o, "SELECT throughput_bps_mean, packets FROM runs")
+    assert len(df) == len(metas) and df.isna().all().all()
+
+    o2 = _copy(out, tmp_path / "b")
+    first, second = sorted(p.parent.parent / "metadata.json"
+                           for p in o2.glob("*/metrics/flows.parquet"))[:2]
+    meta = json.loads(first.read_text())
+    meta["headline"].update(flows=4, throughput_bps_mean=1e6)
+    true_flows = 4
+    meta["params"]["flows"] = 99
+    first.write_text(json.dumps(meta))
+    meta = json.loads(second.read_text())
+    meta["headline"]["throughput_bps_mean"] = "fast"
+    second.write_text(json.dumps(meta))
+    rid = first.parent.name
+    row = run_query(o2, f"SELECT flows, \"param:flows\" FROM runs WHERE run_id = '{rid}'")
+    assert row.values.tolist() == [[true_flows, 99]]
+    numbers = run_query(o2, "SELECT run_id, throughput_bps_mean + 0 AS v FROM runs")
+    got = dict(numbers.values.tolist())
+    # "fast" is no number: null, and the column stays numeric for the other runs
+    assert pd.isna(got[second.parent.name]) and got[first.parent.name] == 1e6 + 0
