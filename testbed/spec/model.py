@@ -317,15 +317,17 @@ class Transport(SpecModel):
         hand-over scheme (`HANDOVER_CCS`)."""
         return HANDOVER_CCS.get(self.handover, self.cc)
 
-    @field_validator("sysctl")
+    @field_validator("sysctl", mode="before")
     @classmethod
-    def _sysctl_keys(cls, sysctl: dict[str, str | int]) -> dict[str, str | int]:
-
+    def _sysctl_keys(cls, sysctl: Any) -> Any:
+        if not isinstance(sysctl, dict):
+            return sysctl  # the type's own error
         try:
             check_sysctls(sysctl)
         except InputError as exc:
             # a field error, so that it is reported along with the spec's other problems
-            reason = str(exc).removeprefix("transport.sysctl: ")
+            reason = str(exc).removeprefix("transport.sysctl: ").removeprefix(
+                "transport.sysctl.")
             raise PydanticCustomError("sysctl_key", "{reason}", {"reason": reason}) from None
         return sysctl
 

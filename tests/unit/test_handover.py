@@ -153,6 +153,10 @@ def test_the_sender_hears_of_an_interface_when_it_is_there() -> None:
                                     delay="70ms"))
     assert is_handoff(ScheduleEvent(at=3, link="access", bw="384kbit"))
     assert not is_handoff(ScheduleEvent(at=3, link="access", loss="1%"))
+    # ``up`` is ``down`` the other way round (spec.md): it was not a hand-off at all
+    assert is_handoff(ScheduleEvent(at=3.5, link="access", up=True))
+    assert is_handoff(ScheduleEvent(at=3.5, link="access", down=False))
+    assert not is_handoff(ScheduleEvent(at=3, link="access", up=False))
 
 
 class RecordingSocket:

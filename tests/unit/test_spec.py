@@ -194,6 +194,27 @@ def test_a_sysctl_value_with_a_control_character_is_refused(value):
     validate_spec(data, "s.toml")  # tabs between fields, as sysctl prints them: fine
 
 
+@pytest.mark.parametrize("key,value,message", [
+    # it replaced transport.cc without its checks (a typo's name, a hand-over's control)
+    ("net.ipv4.tcp_congestion_control", "bbrr", "tcp_congestion_control: set transport.cc"),
+    # two lines of the model's internals (".str: ... .int: ...")
+    ("net.ipv4.tcp_sack", True, "tcp_sack: true must be a string or an integer"),
+    ("net.ipv4.tcp_sack", 0.5, "tcp_sack: 0.5 must be a string or an integer"),
+])
+def test_a_sysctl_the_testbed_sets_or_of_no_sysctl_type_is_one_line(key, value, message):
+    data = {
+        "name": "x", "duration": "10s",
+        "topology": {"kind": "multipath", "paths": [{"name": "a", "bw": "10Mbit"}]},
+        "transport": {"sysctl": {key: value}},
+        "workload": [{"kind": "bulk", "src": "client", "dst": "server", "size": "1MB"}],
+    }
+    with pytest.raises(SpecError) as exc:
+        validate_spec(data, "s.toml")
+    lines = str(exc.value).splitlines()
+    assert len(lines) == 1 and f"transport.sysctl: {key}" in lines[0], lines
+    assert message in lines[0]
+
+
 def test_bounds_and_sysctl_problems_are_listed_with_the_others():
     data = {
         "name": "x", "duration": "10s",

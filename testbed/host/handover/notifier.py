@@ -60,8 +60,9 @@ def is_handoff(event: ScheduleEvent) -> bool:
     """Whether event is an interface change a sender should hear of: the link comes back
     up, or its rate or delay changes (taking it down is not: the sender learns of the new
     interface when it is there)."""
-    return event.down is not True and (event.down is False or event.bw is not None
-                                       or event.delay is not None)
+    up = event.link_up  # ``up = true`` and ``down = false`` alike
+    return up is not False and (up is True or event.bw is not None
+                                or event.delay is not None)
 
 
 def in_flight(socks: Any) -> list[SockState]:
