@@ -31,6 +31,7 @@ from testbed.spec.model import (
     MultipathTopology,
     Name,
     PathSpec,
+    PingWorkload,
     Sampler,
     ScheduleEvent,
     SpecModel,
@@ -117,6 +118,13 @@ def check_experiment(exp: Experiment) -> None:
     for i, ev in enumerate(exp.schedule):
         attempt(_check_event, exp, i, ev, links)
     attempt(_check_sequence, exp)
+    for key, listed in (("capture.hosts", exp.capture.hosts),
+                        ("capture.interfaces", exp.capture.interfaces),
+                        ("sampler.hosts", exp.sampler.hosts)):
+        if listed == []:  # "none" or "all"? capture.hosts = [] captured every host
+            table = key.split(".")[0]
+            problems.append(f"{key}: an empty list; leave the key out for every one, or set "
+                            f"{table}.enabled = false for none")
     if hosts is not None:
         for key, listed in (("capture.hosts", exp.capture.hosts),
                             ("sampler.hosts", exp.sampler.hosts)):
@@ -159,6 +167,15 @@ def _check_coupled(exp: Experiment) -> None:
         if exp.transport.protocol != "tcp":
             problems.append(f"transport.handover: {ho!r} runs on plain TCP senders; set "
                             "transport.protocol = \"tcp\" or transport.handover = \"none\"")
+        if not exp.schedule:
+            problems.append(f"transport.handover: {ho!r} acts at the schedule's events that "
+                            "bring a link back or change its rate or delay, and this spec "
+                            "has none; add [[schedule]] events or set transport.handover = "
+                            "\"none\"")
+        if isinstance(exp.topology, FatTreeTopology):
+            problems.append(f"transport.handover: {ho!r} models a sender whose own access "
+                            "link changes (P3); on a fat-tree any link's event would restart "
+                            "every sender: use topology.kind = \"multipath\"")
         for i, wl in enumerate(exp.workload):
             if getattr(wl, "cc", None) or getattr(wl, "protocol", None) == "mptcp":
                 problems.append(f"workload[{i}]: its own cc/protocol would bypass "
@@ -294,14 +311,47 @@ def _check_workload(exp: Experiment, i: int, wl: Any, hosts: list[str] | None) -
                             "TCP flows (set protocol = 'tcp' on this workload)")
     if isinstance(wl, BulkWorkload) and wl.size is not None and wl.duration is not None:
         raise SpecError(f"{where}.duration: give size or duration, not both")
+    own = getattr(wl, "duration", None)
+    if own is not None and wl.start + own > exp.duration + 1e-9:
+        raise SpecError(f"{where}.duration: {_fmt_d(own)} from its start at "
+                        f"{_fmt_d(wl.start)} runs past the end of the run (duration = "
+                        f"{_fmt_d(exp.duration)}); shorten it or lengthen the run")
+    if isinstance(wl, PingWorkload):
+        if wl.size < 16:  # no room for the timestamp ping times an echo with
+            raise SpecError(f"{where}.size: {wl.size} bytes is too small for ping to time "
+                            "an echo (it prints no RTT below 16): use 16 or more")
+        if wl.duration is not None and not float(wl.duration).is_integer():
+            raise SpecError(f"{where}.duration: {_fmt_d(wl.duration)} is not whole seconds; "
+                            "ping's deadline (-w) is, so give e.g. \"1s\" or \"2s\"")
     if isinstance(wl, FlowsWorkload):
         _check_flows(wl, where, hosts)
+        _check_flows_end(exp, wl, where)
         return
     for key in ("src", "dst"):
         if hosts is not None:
             _check_host(getattr(wl, key), hosts, f"{where}.{key}")
     if wl.src == wl.dst:
         raise SpecError(f"{where}.dst: same host as src ({wl.src!r})")
+
+
+def _flows_count(wl: FlowsWorkload) -> int | None:
+    """How many flows a flows workload starts (None: its host pool is the topology's)."""
+    if wl.pattern == "incast":
+        senders = len(wl.src or [])
+        return senders if wl.count is None else min(wl.count, senders)
+    if wl.pattern == "random":
+        return wl.count
+    return len(wl.hosts) if wl.hosts is not None else None
+
+
+def _check_flows_end(exp: Experiment, wl: FlowsWorkload, where: str) -> None:
+    """The last flow of a workload must start before the run ends (it never ran)."""
+    n = _flows_count(wl)
+    if n and wl.start + (n - 1) * wl.interval >= exp.duration:
+        raise SpecError(f"{where}.interval: its flow {n} would start at "
+                        f"{_fmt_d(wl.start + (n - 1) * wl.interval)}, not before the end of "
+                        f"the run (duration = {_fmt_d(exp.duration)}); give a shorter "
+                        "interval, fewer flows or a longer run")
 
 
 def _check_flows(wl: FlowsWorkload, where: str, hosts: list[str] | None) -> None:

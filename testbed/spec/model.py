@@ -28,6 +28,7 @@ from testbed.spec.controller_kinds import CONTROLLER_KINDS
 from testbed.spec.linkshape import DEFAULT_QUEUE_PKTS, DISTRIBUTIONS, GilbertElliott, LinkShape
 from testbed.spec.profile import DEFAULT_PROFILE, PROFILE_NAMES, profile_named
 from testbed.spec.quantities import (
+    BufferSize,
     Duration,
     Interval,
     LinkDelay,
@@ -303,8 +304,8 @@ class Transport(SpecModel):
     protocol: Literal["tcp", "mptcp"] = "tcp"
     profile: Literal[PROFILE_NAMES] = DEFAULT_PROFILE  # type: ignore[valid-type]
     cc: CCName = "cubic"
-    rmem: Size | None = None
-    wmem: Size | None = None
+    rmem: BufferSize | None = None
+    wmem: BufferSize | None = None
     subflows: Annotated[int, Field(ge=1, le=8)] | None = None
     subflows_per_path: Annotated[int, Field(ge=1, le=4)] = 1
     scheduler: CCName | None = None

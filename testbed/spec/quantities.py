@@ -206,6 +206,10 @@ LinkDelay = Annotated[float, BeforeValidator(_quantity(parse_duration, "duration
                                                        LINK_DELAY_BOUNDS)),
                       PlainSerializer(format_duration_exact, return_type=str,
                                       when_used="json")]
+# A socket buffer cap (transport.rmem/wmem): the kernel's tcp_rmem/tcp_wmem hold C ints
+BUFFER_BOUNDS = (1024, 2**31 - 1, "1KiB .. 2GiB - 1")
+BufferSize = Annotated[int, BeforeValidator(_quantity(parse_size, "size", ">0", BUFFER_BOUNDS)),
+                       PlainSerializer(format_size_exact, return_type=str, when_used="json")]
 # A sampling or echo period: a positive duration of at least 10 ms (and at most a week).
 INTERVAL_BOUNDS = (0.01, 604800.0, "10ms .. 604800s (a week)")
 Interval = Annotated[float, BeforeValidator(_quantity(parse_duration, "duration", ">0",

@@ -45,13 +45,25 @@ kind = "bulk"
 src = "client"
 dst = "server"
 {extra}
+{schedule}
+"""
+OUTAGE = """
+[[schedule]]
+at = "2s"
+link = "access"
+down = true
+[[schedule]]
+at = "3s"
+link = "access"
+up = true
 """
 
 
 def write(tmp: Path, handover: str, cc: str = "reno", protocol: str = "tcp",
-          extra: str = "") -> Path:
+          extra: str = "", schedule: str = OUTAGE) -> Path:
     p = tmp / "s.toml"
-    p.write_text(SPEC.format(protocol=protocol, cc=cc, handover=handover, extra=extra))
+    p.write_text(SPEC.format(protocol=protocol, cc=cc, handover=handover, extra=extra,
+                             schedule=schedule))
     return p
 
 
@@ -78,6 +90,11 @@ def test_a_scheme_needs_newreno_on_plain_tcp(tmp_path: Path) -> None:
         load_spec(write(tmp_path, "none", cc="reno_ie"))
     with pytest.raises(SpecError, match=r"transport\.handover"):
         load_spec(write(tmp_path, "immediate"))
+    # no event to act at: the scheme could never act, and the run looked like TCP's
+    with pytest.raises(SpecError, match=r"transport\.handover: 'immediate-expiration' acts "
+                       r"at the schedule's events .* this spec has none"):
+        load_spec(write(tmp_path, "immediate-expiration", schedule=""))
+    load_spec(write(tmp_path, "none", schedule=""))
 
 
 def sock(**kw: Any) -> SockState:

@@ -353,3 +353,71 @@ def test_an_event_both_up_and_down_gets_that_one_line() -> None:
         validate_spec(data, "s.toml")
     assert str(err.value).splitlines() == [
         "s.toml: schedule[0].up: give up or down, not both (up = true is down = false)"]
+
+
+
+def _wl_spec(**workload: object) -> dict:
+    return {"name": "x", "duration": "10s",
+            "topology": {"kind": "multipath", "paths": [{"name": "a", "bw": "10Mbit"}]},
+            "workload": [workload]}
+
+
+PAIR = {"src": "client", "dst": "server"}
+
+
+@pytest.mark.parametrize("workload,message", [
+    # flows that start after the run ends never ran, without a word
+    ({"kind": "flows", "pattern": "random", "count": 3, "size": "1MB", "interval": "5s"},
+     r"workload\[0\]\.interval: its flow 3 would start at 10s, not before the end"),
+    ({"kind": "bulk", **PAIR, "duration": "20s"},
+     r"workload\[0\]\.duration: 20s from its start at 0s runs past the end of the run"),
+    ({"kind": "cbr", **PAIR, "rate": "1Mbit", "start": "5s", "duration": "6s"},
+     r"workload\[0\]\.duration: 6s from its start at 5s runs past the end"),
+    # ping prints no time= below 16 bytes: every echo was recorded as lost
+    ({"kind": "ping", **PAIR, "size": 8}, r"workload\[0\]\.size: 8 bytes is too small"),
+    # ping -w takes whole seconds: 0.3s became 1s
+    ({"kind": "ping", **PAIR, "duration": "0.3s"},
+     r"workload\[0\]\.duration: 0\.3s is not whole seconds"),
+])
+def test_a_workload_that_cannot_do_what_it_says_is_refused(workload, message):
+    with pytest.raises(SpecError, match=message):
+        validate_spec(_wl_spec(**workload), "s.toml")
+
+
+def test_the_same_workloads_within_the_run_are_accepted():
+    for wl in ({"kind": "flows", "pattern": "random", "count": 2, "size": "1MB",
+                "interval": "5s"},
+               {"kind": "bulk", **PAIR, "duration": "10s"},
+               {"kind": "ping", **PAIR, "size": 16, "duration": "2s"}):
+        validate_spec(_wl_spec(**wl), "s.toml")
+
+
+@pytest.mark.parametrize("table,key", [("capture", "hosts"), ("capture", "interfaces"),
+                                       ("sampler", "hosts")])
+def test_an_empty_host_or_interface_list_is_refused(table, key):
+    """``capture.interfaces = []`` captured nothing and ``capture.hosts = []`` every
+    host: an empty list says neither."""
+    data = _wl_spec(kind="bulk", **PAIR)
+    data[table] = {key: []}
+    with pytest.raises(SpecError, match=rf"{table}\.{key}: an empty list; leave the key out"):
+        validate_spec(data, "s.toml")
+
+
+@pytest.mark.parametrize("value", ["1TiB", "3GiB", "1KB"])
+def test_a_buffer_cap_the_kernel_cannot_hold_is_refused(value):
+    """tcp_rmem/tcp_wmem hold C ints: 1TiB passed validation and failed in the run."""
+    data = _wl_spec(kind="bulk", **PAIR)
+    data["transport"] = {"rmem": value}
+    with pytest.raises(SpecError, match=r"transport\.rmem: .* out of range; use 1KiB \.\. "
+                                        "2GiB - 1"):
+        validate_spec(data, "s.toml")
+
+
+def test_a_handover_scheme_on_a_fat_tree_is_refused():
+    data = {"name": "x", "duration": "10s", "topology": {"kind": "fattree", "k": 4},
+            "controller": {"kind": "ecmp"},
+            "transport": {"cc": "reno", "handover": "immediate-expiration"},
+            "workload": [{"kind": "bulk", "src": "h0", "dst": "h1"}],
+            "schedule": [{"at": "1s", "link": "e0-a0", "down": True}]}
+    with pytest.raises(SpecError, match=r"transport\.handover: .* on a fat-tree"):
+        validate_spec(data, "s.toml")

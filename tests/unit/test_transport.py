@@ -94,7 +94,7 @@ def test_user_sysctls_are_checked() -> None:
         {"net.ipv4.tcp_no_metrics_save": "1"}
     with pytest.raises(InputError, match=r"kernel\.pid_max"):
         check_sysctls({"kernel.pid_max": 5})
-    with pytest.raises(InputError, match="must be a string or number"):
+    with pytest.raises(InputError, match="must be a string or an integer"):
         check_sysctls({"net.ipv4.x": [1]})
 
 
