@@ -37,7 +37,7 @@ METRIC_LABELS = {
     "fct_s_median": ("median FCT", "ms", 1e3),
     "reorder_ratio_mean": ("reordered packets, RFC 4737, mean of flows", "%", 100.0),
     "retransmissions": ("retransmissions", "packets", 1.0),
-    "bytes": ("bytes delivered", "MB", 1e-6),
+    "bytes": ("data bytes carried (each byte once)", "MB", 1e-6),
     "ooo_percent": ("reordered packets, RFC 4737, all data", "%", 1.0),
     "long_throughput_bps_mean": ("long-flow throughput", "Mbit/s", 1e-6),
     "short_fct_s_mean": ("short-flow FCT", "ms", 1e3),

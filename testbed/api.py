@@ -76,6 +76,9 @@ class Results:
 
     def select(self, *run_ids: str) -> Results:
         """The same tables with only the rows of these runs."""
+        if any(not isinstance(r, str) for r in run_ids):
+            raise InputError("select: give each run id as its own argument (select(a, b), "
+                             "or select(*ids) for a list)")
         unknown = sorted(set(run_ids) - set(self.runs["run_id"]))
         if unknown:
             have = list(self.runs["run_id"])
@@ -104,6 +107,9 @@ def load(*folders: str | Path) -> Results:
 
     if not folders:
         raise InputError("load: name at least one results folder")
+    if any(not isinstance(f, str | Path) for f in folders):
+        raise InputError("load: give each folder as its own argument, a path (load(a, b), "
+                         "or load(*folders) for a list)")
     runs, parts = [], {t: [] for t in VIEWS}
     warned: list[str] = []
     for out in (d for f in folders for d in _output_folders(Path(f))):

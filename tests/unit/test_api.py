@@ -208,3 +208,11 @@ def test_one_bundle_follows_the_folders_rules(out: Path, tmp_path: Path) -> None
     flows = d / TCP_RUN / "metrics" / "flows.parquet"
     flows.write_bytes(flows.read_bytes()[:100])
     assert api.load(d / TCP_RUN).warnings == api.load(d).warnings != ()
+
+
+def test_a_list_where_arguments_are_expected_is_one_line(out: Path) -> None:
+    """``load([a, b])`` and ``select([id])`` raised a bare TypeError."""
+    with pytest.raises(InputError, match=r"load: give each folder as its own argument"):
+        api.load([out])
+    with pytest.raises(InputError, match=r"select: give each run id as its own argument"):
+        api.load(out).select([MPTCP_RUN])
