@@ -301,7 +301,7 @@ class Bundle:
         status = meta.get("status")
         if status == COMPLETE:
             try:
-                problem = self._file_problem(meta)
+                problem = self.file_problem(meta)
             except PermissionError as exc:
                 return UNREADABLE, f"{exc.filename}: permission denied"
             return (COMPLETE, None) if problem is None else (BROKEN, problem)
@@ -310,15 +310,20 @@ class Bundle:
         return BROKEN, f"metadata.json: status {str(status)[:40]!r} is none a run writes " \
                        f"({', '.join(STATUSES)})"
 
-    def _file_problem(self, meta: dict[str, Any]) -> str | None:
-        """Why the files of a complete run are not in place, or None."""
+    def file_problem(self, meta: dict[str, Any], skip: str | None = None) -> str | None:
+        """Why the files of a complete run are not in place, or None.
+
+        skip: a folder prefix (``metrics/``) whose listed files are not looked at."""
         files = meta.get("files")
         if not isinstance(files, dict):
             return "metadata.json: no list of the run's files (\"files\")"
-        lost = self.missing(self.required(meta))
+        lost = [r for r in self.missing(self.required(meta))
+                if skip is None or not r.startswith(skip)]
         if lost:
             return f"{lost[0]} is missing"
         for rel, size in files.items():
+            if skip is not None and str(rel).startswith(skip):
+                continue
             p = self.root / rel
             # a file reached through a linked folder (metrics/ -> elsewhere) is not in place:
             # no reader follows the link, so the run would read as complete and empty

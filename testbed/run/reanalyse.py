@@ -3,7 +3,8 @@
 `testbed verify DIR --update` uses it for the runs whose stored tables or headline differ
 from what today's analysis computes from their captures (a bundle made before a metric
 was fixed).  Only a complete, analysed run whose files still match its ``manifest.sha256``
-is touched: new tables would otherwise stand on changed captures.  What is written:
+is touched: new tables would otherwise stand on changed captures.  A run broken only in
+its ``metrics/`` (a table edited or removed after the run) is repaired the same way.  What is written:
 ``metrics/`` (each table through a temporary file, as a run's end writes it); in
 ``metadata.json`` the headline, the fidelity verdict, ``files`` and ``reanalysed`` (when,
 by which testbed, what differed); and the ``summary.parquet`` of a sweep folder holding
@@ -21,7 +22,7 @@ from typing import Any
 
 from testbed.core import safefiles
 from testbed.core.errors import TestbedError, one_line
-from testbed.results.bundle import DEFERRED, Bundle, FolderBusy, locked
+from testbed.results.bundle import BROKEN, COMPLETE, DEFERRED, Bundle, FolderBusy, locked
 from testbed.results.summary import take_analysis, write_summary
 
 Analyze = Callable[[Path], dict[str, Any]]  # `testbed.run.execute.analyze_run`
@@ -58,10 +59,17 @@ def _one(root: Path, differs: list[str], analyze: Analyze) -> tuple[str, bool]:
 
     run = root.name
     bundle = Bundle(root)
-    status = bundle.status()
-    if status != "complete":
-        return f"{run}: not updated: the run is {status}", False
+    status, broken = bundle.status_and_why()
     meta, why = bundle.load_metadata()
+    # a run whose stored metrics/ alone was damaged (a table changed or lost) is what this
+    # repairs: everything else must still be as the run wrote it
+    outside = bundle.file_problem(meta, skip="metrics/") if status == BROKEN and \
+        meta is not None and meta.get("status") == COMPLETE else broken
+    repairable = status == BROKEN and outside is None
+    broken = outside or broken  # what keeps it broken, if it stays so
+    if status != COMPLETE and not repairable:
+        return f"{run}: not updated: the run is {status}" + (
+            f" ({broken})" if broken else ""), False
     if meta is None:
         return f"{run}: not updated: metadata.json is {why}", False
     if meta.get("analysis") == DEFERRED:

@@ -107,6 +107,35 @@ def test_a_run_unlike_its_manifest_is_not_updated(sweep: Path, tmp_path: Path) -
     assert "reanalysed" not in json.loads((run / "metadata.json").read_text())
 
 
+def test_a_run_whose_metrics_alone_were_damaged_is_repaired(sweep: Path,
+                                                            tmp_path: Path) -> None:
+    """A stored table edited after the run (its size no longer the one recorded) made the
+    run broken, and --update refused broken runs: the damage could not be undone.  When
+    everything outside metrics/ is as the run wrote it, the tables are made again; a
+    run broken elsewhere is still refused, saying why."""
+    folder = tmp_path / "results"
+    shutil.copytree(sweep, folder)
+    want = pd.read_parquet(folder / MPTCP_RUN / "metrics" / "flows.parquet")
+    damaged = want.copy()
+    damaged.loc[0, "throughput_bps"] *= 2
+    damaged.to_parquet(folder / MPTCP_RUN / "metrics" / "flows.parquet")
+    (folder / TCP_RUN / "metrics" / "timeseries.parquet").unlink()
+    assert Bundle(folder / MPTCP_RUN).status() == "broken"
+    # the other run: damaged outside metrics/ as well
+    spec = folder / TCP_RUN / "spec.toml"
+    spec.write_text(spec.read_text() + "# edited\n")
+
+    res = _testbed("verify", "--update", str(folder))
+    assert f"{MPTCP_RUN}: updated (flows" in res.stdout, res.stdout + res.stderr
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(folder / MPTCP_RUN / "metrics" / "flows.parquet"), want)
+    assert Bundle(folder / MPTCP_RUN).status() == "complete"
+    assert f"{TCP_RUN}: not updated: the run is broken (spec.toml is " in res.stdout, \
+        res.stdout
+    assert not (folder / TCP_RUN / "metrics" / "timeseries.parquet").exists()
+    assert res.returncode == 1
+
+
 def test_update_refuses_an_archive(sweep: Path, tmp_path: Path) -> None:
     archive = tmp_path / "run.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
