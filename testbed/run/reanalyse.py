@@ -4,8 +4,8 @@
 from what today's analysis computes from their captures (a bundle made before a metric
 was fixed).  Only a complete, analysed run whose files still match its ``manifest.sha256``
 is touched: new tables would otherwise stand on changed captures.  A run broken only in
-its ``metrics/`` (a table edited or removed after the run) is repaired the same way.  What is written:
-``metrics/`` (each table through a temporary file, as a run's end writes it); in
+its ``metrics/`` (a table edited or removed after the run) is repaired the same way.
+What is written: ``metrics/`` (each table through a temporary file, as a run's end writes it); in
 ``metadata.json`` the headline, the fidelity verdict, ``files`` and ``reanalysed`` (when,
 by which testbed, what differed); and the ``summary.parquet`` of a sweep folder holding
 such a run.  Captures, samples, logs, the spec and the sha256 manifest are not touched,
