@@ -34,7 +34,7 @@ from testbed.core import safefiles
 from testbed.core.compat import tomllib
 from testbed.core.errors import InputError
 from testbed.core.safefiles import atomic_write
-from testbed.results.bundle import bundles
+from testbed.results.bundle import BROKEN, Bundle, bundles
 from testbed.results.query import check_readable
 from testbed.results.summary import runs_frame
 
@@ -139,6 +139,11 @@ def _context(root: Path, analyze: bool = True) -> ReportContext:
             except OSError as exc:
                 raise ReportInputError(f"{root}: cannot write its metrics/ "
                                        f"({exc.strerror}: {exc.filename})") from None
+        status, why = Bundle(root).status_and_why()
+        if status == BROKEN and ctx.meta:  # e.g. a table lost: not the run it says it is
+            ctx.meta = {**ctx.meta, "status": BROKEN}
+            skipped.append(f"the run is broken: {why}; this page shows what is left of it "
+                           "(`testbed verify --update` makes lost metrics again)")
         for name in ("flows", "timeseries", "cwnd", "ping", "events"):
             p = safefiles.file_in(root, f"metrics/{name}.parquet", skipped)
             if p is not None:
@@ -238,7 +243,8 @@ def write_report(directory: str | Path, extra_sections: Sequence[Section] = (),
     page = render(ctx, sections)
     if warnings is not None:
         warnings.extend(w for w in ctx.warnings if w.startswith(("skipped ", "figures not",
-                                                         "summary.parquet is stale")))
+                                                         "summary.parquet is stale",
+                                                         "the run is broken")))
     try:
         atomic_write(target, lambda p: p.write_text(page, encoding="utf-8"))
     except OSError as exc:

@@ -56,6 +56,10 @@ def sweep_fidelity_section(ctx: ReportContext) -> str:
         return ""
     verdict = s["fidelity"] if "fidelity" in s else pd.Series("unknown", index=s.index)
     reasons = s["fidelity_reasons"] if "fidelity_reasons" in s else pd.Series(None, s.index)
+    if "status" in s:  # a broken run's files are not as it wrote them: its verdict neither
+        broken = s["status"] == "broken"
+        verdict = verdict.where(~broken, "unknown")
+        reasons = reasons.where(~broken, "the run is broken (testbed query DIR names why)")
     return fidelity_banner([(str(r), str(v) if isinstance(v, str) else "unknown",
                              str(x).split("; ") if isinstance(x, str) and x else [])
                             for r, v, x in zip(s.get("run_id", s.index), verdict, reasons,

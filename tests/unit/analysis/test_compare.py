@@ -262,3 +262,26 @@ def test_a_bundle_older_than_a_column_is_compared(root, tmp_path):
     side = cmp.sides[1]
     assert side.tables["flows"]["ooo_ratio"].isna().all()
     assert side.tables["timeseries"]["bin_s"].isna().all()
+
+
+def test_a_run_report_and_a_sweep_report_name_a_broken_run(root, tmp_path):
+    """A run that lost a metrics table was reported as "status complete", "Fidelity: ok",
+    "Warnings: none", its throughput figures silently missing; the sweep's fidelity line
+    counted it as ok."""
+    from analysis import report
+
+    folder = tmp_path / "tcp"
+    shutil.copytree(root / "tcp", folder)
+    run = sorted(p for p in folder.iterdir() if (p / "metadata.json").exists())[0]
+    (run / "metrics" / "timeseries.parquet").unlink()
+    warnings: list[str] = []
+    page = report.write_report(run, out=tmp_path / "run.html", warnings=warnings).read_text()
+    assert any(w.startswith("the run is broken: metrics/timeseries.parquet is missing")
+               for w in warnings), warnings
+    assert "the run is broken: metrics/timeseries.parquet is missing" in page
+    from testbed.results.summary import write_summary
+
+    write_summary(folder)
+    sweep = report.write_report(folder, out=tmp_path / "sweep.html").read_text()
+    assert "Fidelity: 1 ok, 1 unknown" in sweep or "Fidelity: 1 unknown, 1 ok" in sweep
+    assert "the run is broken (testbed query DIR names why)" in sweep
