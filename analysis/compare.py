@@ -74,6 +74,7 @@ METRICS = (
     Metric("short_fct_s_mean", "run: FCT, flows < 100 KB", "ms", 1e3, "run"),
     Metric("ooo_percent", "run: reordered data packets, RFC 4737", "%", 1.0, "run"),
     Metric("retransmissions", "run: retransmissions", "packets", 1.0, "run"),
+    Metric("throughput_bps", "flow: throughput, mean", "Mbit/s", 1e-6, "flow"),
     Metric("fct_s", "flow: FCT, mean", "ms", 1e3, "flow"),
     Metric("fct_s", "flow: FCT, median", "ms", 1e3, "flow", "median"),
     Metric("fct_s", "flow: FCT, 95th percentile", "ms", 1e3, "flow", "p95"),

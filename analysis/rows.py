@@ -13,6 +13,9 @@
   flow tool records a connection's first subflow); a connection and every subflow of it
   carry the workload of whichever of its rows matched; ``app_elapsed_s`` only on the
   transfer's own row (``flow`` or ``connection``).
+* ``fct_s`` is cleared (null) on every row of a transfer the flow tool ran without a size
+  (until the run's end or for a duration): it would say when the senders were stopped,
+  not when a transfer completed.
 """
 
 from __future__ import annotations
@@ -83,6 +86,14 @@ def join_workloads(flows: pd.DataFrame, app: pd.DataFrame) -> pd.DataFrame:
                                       np.where(kind == CONNECTION,
                                                pd.Series(conn_id).map(conn_elapsed).to_numpy(),
                                                np.nan)).astype(float)
+    # a transfer the flow tool ran without a size (until the run's end, or for a duration)
+    # has no completion time: its fct_s would only say when the senders were stopped
+    no_size = pd.to_numeric(a["size_bytes"], errors="coerce").isna()  # of the recorded
+    unsized = no_size.reindex(idx).astype("boolean").fillna(False).to_numpy(bool)
+    conn_unsized = pd.Series(unsized[in_conn], index=conn_id[in_conn])
+    conn_unsized = conn_unsized[conn_unsized].index.unique()
+    unsized = np.where(in_conn, pd.Series(conn_id).isin(conn_unsized).to_numpy(), unsized)
+    flows["fct_s"] = flows["fct_s"].where(~unsized)
     return flows
 
 

@@ -224,8 +224,9 @@ def fct_cdf_figure(res: Results) -> Figure:
 
     top = res.flows[res.flows["parent"].fillna("") == ""]
     if not top["fct_s"].notna().any():
-        raise InputError("no loaded flow has a completion time (fct_s): no top-level flow "
-                         "in these runs, or none was analysed")
+        raise InputError("no loaded flow has a completion time (fct_s): a transfer run "
+                         "without a size has none (docs/bundle.md, \"One FCT\"), and a run "
+                         "not analysed has no flows")
     return plots.fct_cdf_figure(res.flows)
 
 

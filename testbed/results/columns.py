@@ -166,8 +166,10 @@ FLOWS = Table("flows", "metrics/flows.parquet",
                       "else last packet, at `capture`"),
                   Col("fct_s", FLT, "s", "the FCT: `end - start`, first SYN to the first "
                       "ACK covering the last data byte, at the data sender's capture; null "
-                      "for UDP and for a TCP flow or subflow *cut off*: ACKs of its data "
-                      "were captured, none covering its last data byte (see \"One FCT\")"),
+                      "for UDP, for a TCP flow or subflow *cut off*: ACKs of its data "
+                      "were captured, none covering its last data byte, and on every row of "
+                      "a transfer the flow tool ran without a size (format 1.9; see \"One "
+                      "FCT\")"),
                   Col("throughput_bps", FLT, "bit/s", "`bytes * 8 / (end - start)`; cut off "
                       "(`fct_s` null, TCP): the data bytes its receiver acknowledged * 8 / "
                       "(the first ACK that high - `start`), as sent bytes that never arrived "
@@ -204,8 +206,9 @@ FLOWS = Table("flows", "metrics/flows.parquet",
                       "and all its subflows carry it; null when not matched"),
                   Col("app_elapsed_s", FLT, "s", "NOT an FCT: the flow tool's time from "
                       "`connect()` to the server's byte count arriving back, on the "
-                      "transfer's row (`kind != 'subflow'`); null when not matched, failed "
-                      "or unbounded (see \"One FCT\")"),
+                      "transfer's row (`kind != 'subflow'`); for a transfer without a size, "
+                      "up to the run's end; null when not matched, failed, or the server "
+                      "sent no byte count back (see \"One FCT\")"),
               ))
 
 TIMESERIES = Table("timeseries", "metrics/timeseries.parquet",

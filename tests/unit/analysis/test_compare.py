@@ -72,11 +72,11 @@ def _row(rows: list[C.Row], label: str) -> C.Row:
     return row
 
 
-def _top_fct_ms(folder: Path) -> list[float]:
+def _top(folder: Path, col: str) -> list[float]:
     out = []
     for f in sorted(folder.glob("*/metrics/flows.parquet")):
         fl = pd.read_parquet(f)
-        out += list(fl.loc[fl["kind"] != "subflow", "fct_s"] * 1e3)
+        out += list(fl.loc[fl["kind"] != "subflow", col].dropna())
     return out
 
 
@@ -98,12 +98,14 @@ def test_folder_against_folder(root):
     assert (thr.estimate.low, thr.estimate.high) == pytest.approx((want.low, want.high))
     assert thr.estimate.low < thr.delta < thr.estimate.high
     # flow rows: the top-level flows of every run (the MPTCP connection, not its subflows)
-    fct = _row(rows, "flow: FCT, mean")
-    a, b = _top_fct_ms(root / "tcp"), _top_fct_ms(root / "mptcp")
-    assert fct.n == (len(a), len(b)) == (2, 2)
-    assert fct.a == pytest.approx(sum(a) / 2) and fct.b == pytest.approx(sum(b) / 2)
-    assert _row(rows, "flow: FCT, median").estimate is None
-    assert _row(rows, "flow: FCT, median").reading == "no interval (a quantile)"
+    flow = _row(rows, "flow: throughput, mean")
+    a, b = _top(root / "tcp", "throughput_bps"), _top(root / "mptcp", "throughput_bps")
+    assert flow.n == (len(a), len(b)) == (2, 2)
+    assert flow.a == pytest.approx(sum(a) / 2e6) and flow.b == pytest.approx(sum(b) / 2e6)
+    # these transfers ran until the run's end, without a size: no completion time to compare
+    assert _top(root / "tcp", "fct_s") == _top(root / "mptcp", "fct_s") == []
+    for label in ("flow: FCT, mean", "flow: FCT, median", "run: FCT, median of flows"):
+        assert _row(rows, label).n == (0, 0), label
     rtt = _row(rows, "RTT sample: median")
     assert rtt.n[0] > 100 and rtt.n[1] > 100 and math.isfinite(rtt.a)
 
@@ -159,8 +161,8 @@ def test_a_run_whose_fidelity_is_not_ok_is_marked(root, tmp_path):
     cmp = build([root / "tcp", warn])
     text = table_rows(cmp, 1, cmp.pairs[0][1])
     assert text[0][:3] == ["fidelity verdicts (runs)", "2 ok", "1 ok, 1 warn"]
-    fct = next(r for r in text if r[0] == "flow: FCT, mean (ms)")
-    assert not fct[1].endswith("!") and fct[2].endswith("!")
+    flow = next(r for r in text if r[0] == "flow: throughput, mean (Mbit/s)")
+    assert not flow[1].endswith("!") and flow[2].endswith("!")
 
 
 def _digest(folder: Path) -> dict[str, str]:
@@ -174,7 +176,8 @@ def test_the_page_and_untouched_inputs(root, tmp_path):
     page = write_page(cmp, tmp_path / "out", [root / "tcp", root / "mptcp"])
     assert {n: _digest(root / n) for n in ("tcp", "mptcp")} == before
     html = page.read_text()
-    assert page.name == "compare.html" and html.count("data:image/png;base64,") == 4
+    # per-flow and total series and the RTT CDF; no FCT CDF: no transfer had a size
+    assert page.name == "compare.html" and html.count("data:image/png;base64,") == 3
     for text in ("A: tcp", "B: mptcp", "95 % interval of B - A", "(Mbit/s)", "(ms)",
                  "n (A / B)", "A is the reference"):
         assert text in html, text
@@ -258,7 +261,7 @@ def test_a_bundle_older_than_a_column_is_compared(root, tmp_path):
             pq.write_table(pq.read_table(f).drop_columns([col]), f)
     cmp = build([root / "tcp", old])
     (_i, rows), = cmp.pairs
-    assert _row(rows, "flow: FCT, mean").n == (2, 2)
+    assert _row(rows, "flow: throughput, mean").n == (2, 2)
     side = cmp.sides[1]
     assert side.tables["flows"]["ooo_ratio"].isna().all()
     assert side.tables["timeseries"]["bin_s"].isna().all()
