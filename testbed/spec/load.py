@@ -106,6 +106,8 @@ def _labelled(problem: str, source: str, labels: dict[str, str]) -> str:
             return f"{label}: {text}"
         if key.startswith((shown + ".", shown + "[")):
             return f"{label}: {problem}"
+        if shown.startswith((key + ".", key + "[")) and text.startswith("unknown key"):
+            return f"{label}: {problem}"  # a table only --set made (``transprot.cc``)
     return f"{source}: {problem}"
 
 

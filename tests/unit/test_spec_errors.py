@@ -205,6 +205,9 @@ def test_a_byte_order_mark_is_not_part_of_the_spec(tmp_path):
     ("topology.paths.0.bw=1Mbps", '--set topology.paths.0.bw: "1Mbps" is not a rate; '
                                   'did you mean "1Mbit"?'),
     ("duraton=10s", "--set duraton: unknown key; did you mean 'duration'?"),
+    # a table only the override made: it named the spec file
+    ("transprot.cc=cubic", "--set transprot.cc: transprot: unknown key; did you mean "
+                           "'transport'?"),
     ("workload.0.dst=sever", "--set workload.0.dst: no host named 'sever'; "
                              "did you mean 'server'?"),
     ("sweep.x=[1]", "--set sweep.x:"),
