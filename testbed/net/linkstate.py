@@ -150,14 +150,19 @@ class LinkState:
             self._shells.run(runner, per_node, at)
             link.up = up
 
-    def apply(self, runner: CommandRunner, event: ScheduleEvent) -> None:
-        """Apply a schedule event now: shape changes first, then down/up."""
+    def apply(self, runner: CommandRunner, event: ScheduleEvent) -> bool:
+        """Apply a schedule event now: shape changes first, then down/up.  Returns whether
+        it changed anything (a trace's row may repeat the rate the link has)."""
         link = self.link(event.link)
         new = event.apply_to(link.shape)
+        changed = False
         if new != link.shape:
             self.set_shape(runner, event.link, new, at=event.at)
+            changed = True
         if event.link_up is not None and event.link_up != link.up:
             self.set_up(runner, event.link, event.link_up, at=event.at)
+            changed = True
+        return changed
 
     def restore_configured(self, runner: CommandRunner) -> None:
         """Give every link that a schedule changed its configured shape and state back."""

@@ -307,9 +307,10 @@ class Network:
         """Take the named link down or bring it back (``ip link set``)."""
         self.link_state.set_up(self.runner, name, up)
 
-    def apply(self, event: ScheduleEvent) -> None:
-        """Apply a schedule event now: shape changes first, then down/up."""
-        self.link_state.apply(self.runner, event)
+    def apply(self, event: ScheduleEvent) -> bool:
+        """Apply a schedule event now: shape changes first, then down/up; whether it
+        changed anything."""
+        return self.link_state.apply(self.runner, event)
 
     def prepare_schedule(self, events: Sequence[ScheduleEvent]) -> None:
         """Get ready to apply events on time: start the batch shells they will use, have

@@ -83,7 +83,7 @@ def p3_preset(name: str, link: str, outage_s: float = 0.5) -> Preset:
 
 # -- applying on time ------------------------------------------------------------------
 
-Applier = Callable[[ScheduleEvent], None]
+Applier = Callable[[ScheduleEvent], object]  # False: the event changed nothing
 
 
 @dataclass
@@ -112,7 +112,8 @@ class SchedulePlayer:
     t0: the run's time origin on the ``time.time()`` clock; log: ``events.jsonl`` path
     (appended to, one line per event, flushed at once); after: called with each event
     once it is applied and logged (e.g. the hand-over notifier), its failure recorded in
-    the event's log line as ``after_error``.  A failing event is logged with its error
+    the event's log line as ``after_error``; not when apply returned False (the event
+    changed nothing).  A failing event is logged with its error
     and the player goes on.
     """
 
@@ -164,13 +165,15 @@ class SchedulePlayer:
             planned = self.t0 + ev.at
             if not self._wait_until(planned):
                 return
-            error = None
+            error, changed = None, None
             try:
-                self._apply(ev)
+                changed = self._apply(ev)
             except Exception as exc:  # recorded; the schedule goes on
                 error = str(exc) or type(exc).__name__
             rec = AppliedEvent(planned, self._clock(), ev.link, ev.as_record(), error)
-            if self._after is not None and error is None:
+            # an event that changed nothing (a trace row repeating the link's rate) is no
+            # hand-off: the notifier would restart every sender for nothing
+            if self._after is not None and error is None and changed is not False:
                 try:
                     self._after(ev)
                 except Exception as exc:  # recorded; the schedule goes on

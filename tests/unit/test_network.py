@@ -3,6 +3,7 @@ changes through a dry runner, nft tables, set-up commands, the clean-up's signal
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -78,8 +79,31 @@ def test_unchanged_event_runs_nothing(tmp_path: Path) -> None:
     from testbed.spec.model import ScheduleEvent
 
     net = _dry_net(tmp_path)
-    net.apply(ScheduleEvent(at=1.0, link="wifi", bw=SHAPE.bw_bps, down=False))
+    assert net.apply(ScheduleEvent(at=1.0, link="wifi", bw=SHAPE.bw_bps, down=False)) is False
     assert net.runner.transcript.entries == []
+    assert net.apply(ScheduleEvent(at=2.0, link="wifi", bw=2_000_000)) is True
+
+
+def test_an_event_that_changed_nothing_is_no_handoff() -> None:
+    """A trace row repeating the link's rate was passed to the hand-over notifier, which
+    restarted every sender at a window of 1 for nothing."""
+    from testbed.net import schedule as sc
+    from testbed.spec.model import ScheduleEvent
+
+    after: list[float] = []
+    events = [ScheduleEvent(at=0.0, link="x", bw=1_000_000),
+              ScheduleEvent(at=0.01, link="x", bw=1_000_000),
+              ScheduleEvent(at=0.02, link="x", bw=2_000_000)]
+    seen: list[int] = []
+
+    def apply(ev: ScheduleEvent) -> bool:
+        changed = ev.bw not in seen
+        seen.append(ev.bw)
+        return changed
+
+    player = sc.SchedulePlayer(apply, events, time.time(), after=lambda ev: after.append(ev.at))
+    player.start().join(5)
+    assert after == [0.0, 0.02] and len(player.applied) == 3
 
 
 def test_parse_nft_tables_and_split_qdisc_dump() -> None:
