@@ -89,7 +89,7 @@ def check_against_topology(exp: Experiment, topo: Topo) -> None:
         if ev.link in links:
             continue
         if not links:
-            hint = ("set the fat-tree's bw, delay or loss" if exp.topology.kind == "fattree"
+            hint = ("set the fat-tree's bw, delay, loss or queue" if exp.topology.kind == "fattree"
                     else "give its links a shape (bw, delay or loss)")
             raise SpecError(f"schedule[{i}].link: {ev.link!r}: this topology has no shaped "
                             f"link for a schedule to change; {hint}")

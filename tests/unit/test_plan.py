@@ -93,7 +93,7 @@ def test_fattree_topology_and_link_check():
     with pytest.raises(SpecError) as err:
         check_against_topology(plan(plain).spec, build_topology(plan(plain).spec))
     assert str(err.value).endswith("this topology has no shaped link for a schedule to "
-                                   "change; set the fat-tree's bw, delay or loss")
+                                   "change; set the fat-tree's bw, delay, loss or queue")
 
 
 def test_custom_topology_is_imported():
