@@ -61,8 +61,9 @@ def connect(out: Path) -> duckdb.DuckDBPyConnection:
 
     out = Path(out)
     if not out.is_dir():
-        raise InputError(f"{out}: no such results directory; give the --out DIR of "
-                         "`testbed run`")
+        what = "a file, not a results folder" if out.exists() else "no such results folder"
+        raise InputError(f"{out}: {what}; give the --out DIR of `testbed run` (or one "
+                         "run's bundle)")
     check_readable(out)
     con = duckdb.connect(":memory:")
     runs, _ = typed_frame("runs", runs_frame(out))  # each column as the contract types it
@@ -242,10 +243,28 @@ def run_query(out: Path, sql: str) -> pd.DataFrame:
             raise InputError(f"query: {first[:200]}; a query reads only the views (runs, "
                              f"{', '.join(VIEWS)}): no file, setting or extension (to keep a "
                              "result, print it with --csv and redirect it)") from None
-        raise InputError(f"query: {first} (views: runs, {', '.join(VIEWS)})") \
+        hint = _dotted_hint(con, first)
+        raise InputError(f"query: {first} (views: runs, {', '.join(VIEWS)}){hint}") \
             from None
     finally:
         con.close()
+
+
+def _dotted_hint(con: Any, error: str) -> str:
+    """A hint for ``controller.kind`` written unquoted: SQL reads it as table.column, and
+    the runs view's swept keys are columns named with dots (quote them)."""
+    import re
+
+    missing = re.search(r'Referenced table "([^"]+)" not found', error)
+    if not missing:
+        return ""
+    try:
+        cols = [r[0] for r in con.execute("DESCRIBE runs").fetchall()]
+    except Exception:  # the hint is a courtesy; the error stands without it
+        return ""
+    keys = [c for c in cols if c.startswith(missing.group(1) + ".")]
+    return f'; swept keys are columns named with dots: quote them, e.g. "{keys[0]}"' \
+        if keys else ""
 
 
 def render_table(df: pd.DataFrame, max_rows: int = 200) -> Table:

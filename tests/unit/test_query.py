@@ -132,7 +132,7 @@ def test_no_statement_is_an_input_error(out, sql):
 
 
 def test_missing_dir(tmp_path):
-    with pytest.raises(InputError, match="no such results directory"):
+    with pytest.raises(InputError, match="no such results folder"):
         run_query(tmp_path / "absent", "SELECT 1")
 
 
@@ -379,3 +379,12 @@ def test_runs_keep_their_declared_columns_and_types_whatever_a_bundle_says(tmp_p
     got = dict(numbers.values.tolist())
     # "fast" is no number: null, and the column stays numeric for the other runs
     assert pd.isna(got[second.parent.name]) and got[first.parent.name] == 1e6 + 0
+
+
+def test_an_unquoted_swept_key_gets_a_hint(tmp_path, out):
+    """``SELECT controller.kind`` read as table.column: "table controller not found"."""
+    with pytest.raises(InputError, match=r'quote them, e\.g\. "topology\.paths\.1\.bw"'):
+        run_query(out, "SELECT topology.kind FROM runs")
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(InputError, match="a file, not a results folder"):
+        run_query(tmp_path / "f", "SELECT 1")
