@@ -221,6 +221,10 @@ def record_path(release: str, where: Path | None = None) -> Path:
 def _unsafe(path: Path) -> str | None:
     """Why a record path must not be used: the records dir or the record is a symbolic
     link or not what it should be; None when fine or not there yet."""
+    if path.parent.is_symlink():  # say so of the folder: "remove" the record would be wrong
+        raise InputError(f"{path.parent}: the kernel records folder is a symbolic link (not "
+                         "followed); make it a folder of its own, or point "
+                         "TESTBED_KERNEL_RECORDS at one")
     why = check(path.parent.parent, path, "file")
     return None if why == "missing" else why
 

@@ -121,6 +121,11 @@ def test_a_symlinked_record_or_folder_is_refused(tmp_path):
     with pytest.raises(InputError, match="symbolic link"):
         record_facts(DEBIAN_61, tmp_path / "linked")
     assert not list(real.iterdir())
+    # a linked folder is named as the folder: "remove it" of the record would be wrong
+    record_facts(DEBIAN_61, real)
+    with pytest.raises(InputError, match=r"linked: the kernel records folder is a symbolic "
+                                         r"link"):
+        load_record(VM, tmp_path / "linked")
 
 
 def test_unknown_cc_names_the_key_and_what_the_kernel_offers():
