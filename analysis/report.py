@@ -169,8 +169,13 @@ def _context(root: Path, analyze: bool = True) -> ReportContext:
                            "bundles last changed; this report reads the bundles "
                            "(`testbed report DIR` without --out rewrites it)")
         return ReportContext(root, "sweep", tables={"summary": data}, warnings=skipped)
+    studies = sorted(p.name for p in root.iterdir()
+                     if p.is_dir() and safefiles.file_in(p, "summary.parquet") is not None)
+    hint = (f"it is a study's output: report one spec's folder, e.g. {root / studies[0]}, or "
+            "the whole study with `testbed study experiments/<study> --report-only`" if studies else
+            "pass the --out DIR of testbed run")
     raise ReportInputError(f"{root}: neither a run bundle (metadata.json, pcap/ or metrics/) "
-                           "nor a sweep (summary.parquet); pass the --out DIR of testbed run"
+                           f"nor a sweep (summary.parquet); {hint}"
                            + (f" ({'; '.join(skipped)})" if skipped else ""))
 
 
@@ -212,7 +217,9 @@ def write_report(directory: str | Path, extra_sections: Sequence[Section] = (),
     """
     root = Path(directory)
     if not root.is_dir():
-        raise ReportInputError(f"{root}: no such directory; pass a run or sweep directory")
+        what = "a file, not a run or sweep folder" if root.exists() else "no such folder"
+        raise ReportInputError(f"{root}: {what}; pass a run's bundle or a sweep's folder (the "
+                               "--out DIR of testbed run)")
     target = Path(out) if out else root / REPORT_NAME
     if out:
         _check_out(root, target)

@@ -319,7 +319,9 @@ RUNS = Table("runs", "summary.parquet", "one per bundle of DIR (the view is rebu
                  Col("started", STR, "ISO 8601 UTC", "when the run started"),
                  Col("ended", STR, "ISO 8601 UTC", "when it ended"),
                  Col("wall_s", FLT, "s", "wall-clock time of the run"),
-                 Col("error", STR, "", "one-line reason of a failed run, else null"),
+                 Col("error", STR, "", "one-line reason of a failed run, or why a run "
+                     "is `broken` or `unreadable` (a file missing or changed, ...), else "
+                     "null"),
                  Col("path", STR, "", "the bundle's folder"),
                  Col("preflight_s", FLT, "s", "time in the preflight phase"),
                  Col("setup_s", FLT, "s", "time setting up the network and hosts"),

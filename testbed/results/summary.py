@@ -94,16 +94,17 @@ def run_row(bundle: Bundle) -> dict[str, Any]:
     metric never replaces a column already set.
     """
     meta = bundle.read_metadata() or {}
+    status, why = bundle.status_and_why()
     row: dict[str, Any] = {
         "run_id": bundle.run_id,
         "name": meta.get("name"),
-        "status": bundle.status(),
+        "status": status,
         "repetition": meta.get("repetition"),
         "seed": meta.get("seed"),
         "started": meta.get("started"),
         "ended": meta.get("ended"),
         "wall_s": meta.get("wall_s"),
-        "error": meta.get("error"),
+        "error": meta.get("error") or why,  # why a run is broken, when it is
         "path": str(bundle.root),
     }
     timing = meta.get("timing")

@@ -221,6 +221,8 @@ def test_runs_left_out_of_the_views_are_named(tmp_path, out):
         in why[str(truncated)]
     status = dict(run_query(o, "SELECT run_id, status FROM runs").values.tolist())
     assert status[linked_metrics.name] == status[truncated.name] == "broken"
+    error = dict(run_query(o, "SELECT run_id, error FROM runs").values.tolist())
+    assert error[truncated.name].startswith("metrics/flows.parquet is ")  # and says why
     assert linked_meta.name not in status
     r = CliRunner().invoke(app, ["query", str(o), "SELECT count(*) AS n FROM runs", "--csv"])
     assert r.exit_code == 0

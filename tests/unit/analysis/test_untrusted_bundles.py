@@ -363,3 +363,15 @@ def test_a_linked_paper_toml_is_not_read(tmp_path):
     (study / "paper.toml").symlink_to(secret)
     with pytest.raises(InputError, match="symbolic link"):
         load_paper(study)
+
+
+def test_report_on_a_file_or_a_study_folder_says_what_it_is(tmp_path):
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(InputError, match="f: a file, not a run or sweep folder"):
+        report.write_report(tmp_path / "f")
+    study = tmp_path / "study"
+    _complete_bundle(study / "spec", "r1", 1)
+    (study / "spec" / "summary.parquet").write_bytes(b"")
+    with pytest.raises(InputError, match=r"it is a study's output: report one spec's folder, "
+                                         r"e\.g\. .*spec"):
+        report.write_report(study)
