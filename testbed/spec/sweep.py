@@ -270,7 +270,7 @@ def _sweep_axes(data: dict[str, Any], source: str) -> list[tuple[str, KeyPath, l
 
 
 def _check_grid_size(axes: list[tuple[str, KeyPath, list[Any]]], data: dict[str, Any],
-                     source: str) -> None:
+                     source: str, reps_from: str | None = None) -> None:
     """Refuse a grid (x repetitions) above `MAX_RUNS` before any point is built."""
     points = 1
     for _, _, values in axes:
@@ -278,7 +278,8 @@ def _check_grid_size(axes: list[tuple[str, KeyPath, list[Any]]], data: dict[str,
     reps = data.get("repetitions", 1)
     reps = reps if isinstance(reps, int) and not isinstance(reps, bool) and reps > 0 else 1
     if reps > MAX_REPETITIONS:  # the spec's own bound, named before the grid's
-        raise SpecError(f"{source}: repetitions: {reps} is more than {MAX_REPETITIONS}; "
+        where = reps_from or f"{source}: repetitions"
+        raise SpecError(f"{where}: {reps} is more than {MAX_REPETITIONS}; "
                         f"use 1 .. {MAX_REPETITIONS}")
     if data.get("repetition") is not None:
         reps = 1
@@ -311,7 +312,8 @@ def expand(data: dict[str, Any], source: str = "spec",
     the swept values that produced it.
     """
     axes = _sweep_axes(data, source)
-    _check_grid_size(axes, data, source)
+    reps_from = (labels or {}).get("repetitions")  # a --set repetitions=N is named as such
+    _check_grid_size(axes, data, source, reps_from)
     base = {k: v for k, v in data.items() if k != "sweep"}
     points: list[tuple[dict[str, Any], Experiment]] = []
     for combo in itertools.product(*(values for _, _, values in axes)):

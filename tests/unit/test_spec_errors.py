@@ -205,6 +205,7 @@ def test_a_byte_order_mark_is_not_part_of_the_spec(tmp_path):
     ("topology.paths.0.bw=1Mbps", '--set topology.paths.0.bw: "1Mbps" is not a rate; '
                                   'did you mean "1Mbit"?'),
     ("duraton=10s", "--set duraton: unknown key; did you mean 'duration'?"),
+    ("repetitions=1001", "--set repetitions: 1001 is more than 1000; use 1 .. 1000"),
     # a table only the override made: it named the spec file
     ("transprot.cc=cubic", "--set transprot.cc: transprot: unknown key; did you mean "
                            "'transport'?"),
