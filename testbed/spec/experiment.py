@@ -289,49 +289,73 @@ def _check_event(exp: Experiment, i: int, ev: ScheduleEvent, links: list[str] | 
 
 
 def _check_workload(exp: Experiment, i: int, wl: Any, hosts: list[str] | None) -> None:
+    """Every problem of one workload, one line each (not only the first)."""
     where = f"workload[{i}]"
+    problems: list[str] = []
+
+    def attempt(check: Any, *args: Any) -> None:
+        try:
+            check(*args)
+        except SpecError as exc:
+            problems.extend(str(exc).splitlines())
+
+    attempt(_check_workload_times, exp, wl, where)
+    attempt(_check_via, exp, wl, where)
+    if isinstance(wl, FlowsWorkload):
+        attempt(_check_flows, wl, where, hosts)
+        attempt(_check_flows_end, exp, wl, where)
+    else:
+        for key in ("src", "dst"):
+            if hosts is not None:
+                attempt(_check_host, getattr(wl, key), hosts, f"{where}.{key}")
+        if wl.src == wl.dst:
+            problems.append(f"{where}.dst: same host as src ({wl.src!r})")
+    if problems:
+        raise SpecError("\n".join(problems))
+
+
+def _check_workload_times(exp: Experiment, wl: Any, where: str) -> None:
+    """A workload's start, duration and ping settings against the run."""
+    problems = []
     if wl.start >= exp.duration:
-        raise SpecError(f"{where}.start: {_fmt_d(wl.start)} is not before the end of the run "
+        problems.append(f"{where}.start: {_fmt_d(wl.start)} is not before the end of the run "
                         f"(duration = {_fmt_d(exp.duration)})")
-    via = getattr(wl, "via", None)
-    if via is not None:
-        if not isinstance(exp.topology, MultipathTopology):
-            raise SpecError(f"{where}.via: pinning to a path needs topology.kind = "
-                            "'multipath'")
-        if via not in exp.topology.link_names():
-            names = exp.topology.link_names()
-            close = difflib.get_close_matches(via, names, n=1)
-            hint = f"did you mean {close[0]!r}?" if close else \
-                "the paths are " + ", ".join(repr(x) for x in names)
-            raise SpecError(f"{where}.via: no path named {via!r}; {hint}")
-        if getattr(wl, "protocol", None) == "mptcp" or (
-                isinstance(wl, BulkWorkload) and wl.protocol is None
-                and exp.transport.protocol == "mptcp"):
-            raise SpecError(f"{where}.via: an MPTCP connection uses every path; pin only "
-                            "TCP flows (set protocol = 'tcp' on this workload)")
     if isinstance(wl, BulkWorkload) and wl.size is not None and wl.duration is not None:
-        raise SpecError(f"{where}.duration: give size or duration, not both")
+        problems.append(f"{where}.duration: give size or duration, not both")
     own = getattr(wl, "duration", None)
-    if own is not None and wl.start + own > exp.duration + 1e-9:
-        raise SpecError(f"{where}.duration: {_fmt_d(own)} from its start at "
+    if own is not None and wl.start < exp.duration and wl.start + own > exp.duration + 1e-9:
+        problems.append(f"{where}.duration: {_fmt_d(own)} from its start at "
                         f"{_fmt_d(wl.start)} runs past the end of the run (duration = "
                         f"{_fmt_d(exp.duration)}); shorten it or lengthen the run")
     if isinstance(wl, PingWorkload):
         if wl.size < 16:  # no room for the timestamp ping times an echo with
-            raise SpecError(f"{where}.size: {wl.size} bytes is too small for ping to time "
+            problems.append(f"{where}.size: {wl.size} bytes is too small for ping to time "
                             "an echo (it prints no RTT below 16): use 16 or more")
         if wl.duration is not None and not float(wl.duration).is_integer():
-            raise SpecError(f"{where}.duration: {_fmt_d(wl.duration)} is not whole seconds; "
+            problems.append(f"{where}.duration: {_fmt_d(wl.duration)} is not whole seconds; "
                             "ping's deadline (-w) is, so give e.g. \"1s\" or \"2s\"")
-    if isinstance(wl, FlowsWorkload):
-        _check_flows(wl, where, hosts)
-        _check_flows_end(exp, wl, where)
+    if problems:
+        raise SpecError("\n".join(problems))
+
+
+def _check_via(exp: Experiment, wl: Any, where: str) -> None:
+    """A workload pinned to a path (``via``): a multipath topology's path, TCP only."""
+    via = getattr(wl, "via", None)
+    if via is None:
         return
-    for key in ("src", "dst"):
-        if hosts is not None:
-            _check_host(getattr(wl, key), hosts, f"{where}.{key}")
-    if wl.src == wl.dst:
-        raise SpecError(f"{where}.dst: same host as src ({wl.src!r})")
+    if not isinstance(exp.topology, MultipathTopology):
+        raise SpecError(f"{where}.via: pinning to a path needs topology.kind = 'multipath'")
+    if via not in exp.topology.link_names():
+        names = exp.topology.link_names()
+        close = difflib.get_close_matches(via, names, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else \
+            "the paths are " + ", ".join(repr(x) for x in names)
+        raise SpecError(f"{where}.via: no path named {via!r}; {hint}")
+    if getattr(wl, "protocol", None) == "mptcp" or (
+            isinstance(wl, BulkWorkload) and wl.protocol is None
+            and exp.transport.protocol == "mptcp"):
+        raise SpecError(f"{where}.via: an MPTCP connection uses every path; pin only "
+                        "TCP flows (set protocol = 'tcp' on this workload)")
 
 
 def _flows_count(wl: FlowsWorkload) -> int | None:

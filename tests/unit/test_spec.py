@@ -421,3 +421,16 @@ def test_a_handover_scheme_on_a_fat_tree_is_refused():
             "schedule": [{"at": "1s", "link": "e0-a0", "down": True}]}
     with pytest.raises(SpecError, match=r"transport\.handover: .* on a fat-tree"):
         validate_spec(data, "s.toml")
+
+
+def test_every_problem_of_one_workload_is_listed():
+    """A workload with a bad src, dst and via gave only the first of the three."""
+    data = _wl_spec(kind="bulk", src="sever", dst="clinet", via="wfi", duration="20s")
+    with pytest.raises(SpecError) as exc:
+        validate_spec(data, "s.toml")
+    lines = str(exc.value).splitlines()
+    for part in ("workload[0].via: no path named 'wfi'",
+                 "workload[0].src: no host named 'sever'",
+                 "workload[0].dst: no host named 'clinet'",
+                 "workload[0].duration: 20s from its start at 0s runs past the end"):
+        assert sum(part in line for line in lines) == 1, (part, lines)
