@@ -35,6 +35,7 @@ from testbed.core.compat import tomllib
 from testbed.core.errors import InputError
 from testbed.core.safefiles import atomic_write
 from testbed.results.bundle import BROKEN, Bundle, bundles
+from testbed.results.folders import sweep_folders
 from testbed.results.query import check_readable
 from testbed.results.summary import runs_frame
 
@@ -169,8 +170,7 @@ def _context(root: Path, analyze: bool = True) -> ReportContext:
                            "bundles last changed; this report reads the bundles "
                            "(`testbed report DIR` without --out rewrites it)")
         return ReportContext(root, "sweep", tables={"summary": data}, warnings=skipped)
-    studies = sorted(p.name for p in root.iterdir()
-                     if p.is_dir() and safefiles.file_in(p, "summary.parquet") is not None)
+    studies = sweep_folders(root)
     hint = (f"it is a study's output: report one spec's folder, e.g. {root / studies[0]}, or "
             "the whole study with `testbed study experiments/<study> --report-only`" if studies else
             "pass the --out DIR of testbed run")

@@ -77,6 +77,17 @@ def check(root: Path, path: Path, want: str = "file") -> str | None:
     return None
 
 
+def linked_part(root: Path, path: Path) -> Path | None:
+    """The first part of path below root that is a symbolic link (relative to root), or
+    None: what `check` calls a link, named."""
+    try:
+        parts = Path(path).relative_to(root).parts
+    except ValueError:
+        return None
+    return next((Path(*parts[:i]) for i in range(1, len(parts) + 1)
+                 if (Path(root) / Path(*parts[:i])).is_symlink()), None)
+
+
 def _pick(root: Path, rel: str | Path, want: str, warnings: list[str] | None) -> Path | None:
     path = Path(root) / rel
     why = check(root, path, want)

@@ -329,12 +329,8 @@ class Bundle:
             # a file reached through a linked folder (metrics/ -> elsewhere) is not in place:
             # no reader follows the link, so the run would read as complete and empty
             why = safefiles.check(self.root, p)
-            if why is not None:
-                parts = Path(rel).parts
-                link = next((Path(*parts[:i]) for i in range(1, len(parts) + 1)
-                             if (self.root / Path(*parts[:i])).is_symlink()), None)
-                return f"{link} is {safefiles.SYMLINK}" if link is not None else \
-                    f"{rel} is {why}"
+            if why is not None:  # a linked metrics/ is named as the folder
+                return f"{safefiles.linked_part(self.root, p) or rel} is {why}"
             have = p.stat().st_size
             if have != size:
                 return f"{rel} is {have} bytes, the run wrote {size}"

@@ -45,3 +45,10 @@ def not_bundles(out: Path) -> list[str]:
             why = safefiles.check(out, p / "metadata.json")
             found.append(f"{p}: metadata.json is {why}; not read as a run")
     return found
+
+
+def sweep_folders(path: Path) -> list[str]:
+    """The names of path's sub-folders that are sweeps (hold a ``summary.parquet``, not
+    through a link): a study's output holds one per spec."""
+    return sorted(p.name for p in Path(path).iterdir()
+                  if p.is_dir() and safefiles.file_in(p, "summary.parquet") is not None)

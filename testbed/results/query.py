@@ -30,7 +30,7 @@ from testbed.results.bundle import (
     METRIC_TABLES,
     UNREADABLE,
 )
-from testbed.results.folders import bundles_at, not_bundles
+from testbed.results.folders import bundles_at, not_bundles, sweep_folders
 from testbed.results.summary import runs_frame
 from testbed.results.typed import typed, typed_frame, with_declared
 
@@ -157,8 +157,7 @@ def check_readable(out: Path) -> None:
     """
     try:
         found = bundles_at(out)
-        studies = [] if found else sorted(p.name for p in Path(out).iterdir()
-                                          if p.is_dir() and (p / "summary.parquet").is_file())
+        studies = [] if found else sweep_folders(out)
     except PermissionError as exc:
         raise InputError(f"{exc.filename or out}: permission denied") from None
     if not found:

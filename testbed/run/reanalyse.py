@@ -61,13 +61,12 @@ def _one(root: Path, differs: list[str], analyze: Analyze) -> tuple[str, bool]:
     bundle = Bundle(root)
     status, broken = bundle.status_and_why()
     meta, why = bundle.load_metadata()
-    # a run whose stored metrics/ alone was damaged (a table changed or lost) is what this
-    # repairs: everything else must still be as the run wrote it
-    outside = bundle.file_problem(meta, skip="metrics/") if status == BROKEN and \
-        meta is not None and meta.get("status") == COMPLETE else broken
-    repairable = status == BROKEN and outside is None
-    broken = outside or broken  # what keeps it broken, if it stays so
-    if status != COMPLETE and not repairable:
+    if status == BROKEN and meta is not None and meta.get("status") == COMPLETE:
+        # a run whose stored metrics/ alone was damaged (a table changed or lost) is what
+        # this repairs: everything else must still be as the run wrote it
+        broken = bundle.file_problem(meta, skip="metrics/")
+        status = COMPLETE if broken is None else BROKEN
+    if status != COMPLETE:
         return f"{run}: not updated: the run is {status}" + (
             f" ({broken})" if broken else ""), False
     if meta is None:
