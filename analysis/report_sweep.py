@@ -32,14 +32,22 @@ def number(v: float) -> str:
     return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
 
 
-def _cell(r: dict[str, Any], scale: float) -> str:
-    """'7.28 [6.93, 7.63] (n=3)'; one run: '7.28 (n=1, no interval)'; none: 'no value'."""
+def _cell(r: dict[str, Any], scale: float,
+          bounds: tuple[float | None, float | None] = (None, None)) -> str:
+    """'7.28 [6.93, 7.63] (n=3)'; one run: '7.28 (n=1, no interval)'; none: 'no value';
+    an interval cut at the metric's bounds (`sweep_stats.group_stats`): '35 [0, 95.2] (n=3,
+    cut at 0)'."""
     if not r["n"]:
         return "no value"
     mean = number(r["mean"] * scale)
     if r["n"] < 2 or math.isnan(r["low"]):
         return f"{mean} (n=1, no interval)"
-    return f"{mean} [{number(r['low'] * scale)}, {number(r['high'] * scale)}] (n={r['n']})"
+    cut = ""
+    if r.get("cut"):  # at the bound(s) it now equals (bounds: `sweep_stats.metric_bounds`)
+        hit = [b for b, v in zip(bounds, (r["low"], r["high"]), strict=True) if b == v]
+        cut = ", cut at " + " and ".join(number(b * scale) for b in hit if b is not None)
+    return (f"{mean} [{number(r['low'] * scale)}, {number(r['high'] * scale)}] "
+            f"(n={r['n']}{cut})")
 
 
 def means_table(summary: pd.DataFrame, params: list[str], metrics: list[str]) -> pd.DataFrame:
@@ -56,8 +64,9 @@ def means_table(summary: pd.DataFrame, params: list[str], metrics: list[str]) ->
     for m in metrics:
         _label, _unit, scale = plots.METRIC_LABELS.get(m, (m, "", 1.0))
         st = sweep_stats.group_stats(summary, m, keys)
-        out[_heading(m) + ": mean [95 % interval] (n)"] = [_cell(r, scale) for r in
-                                                           st.to_dict("records")]
+        bounds = sweep_stats.metric_bounds(m)
+        out[_heading(m) + ": mean [95 % interval] (n)"] = [
+            _cell(r, scale, bounds) for r in st.to_dict("records")]
     if keys:
         ranks = [{v: i for i, v in enumerate(sweep_stats.param_axis(
             summary, p, plots.value_label).order)} for p in keys]

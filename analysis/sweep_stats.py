@@ -10,7 +10,10 @@
 * `group_stats` -- per group of runs (one value of the parameter and of each other swept
   parameter) n, the mean and its Student t 95 % interval over repetitions
   (`analysis.evidence.mean_interval`; one run: no interval) and how many of the runs
-  used have a fidelity verdict other than ``ok`` (`not_ok`).
+  used have a fidelity verdict other than ``ok`` (`not_ok`).  An interval reaching past
+  what the metric can be (below 0 for a count or rate, above 100 for a percentage: its
+  `testbed.results.columns` bounds) is cut there and marked ``cut``: the mean cannot lie
+  outside, so the cut interval still holds it with at least 95 % confidence.
 """
 
 from __future__ import annotations
@@ -140,11 +143,21 @@ def not_ok(summary: pd.DataFrame) -> pd.Series:
     return summary["fidelity"].ne("ok")
 
 
+def metric_bounds(metric: str) -> tuple[float | None, float | None]:
+    """The least and greatest value a runs-view metric can take (None: no bound), from
+    its column definition; a metric the contract does not declare has none."""
+    for c in columns.table("runs").columns:
+        if c.name == metric:
+            return c.bounds()
+    return None, None
+
+
 def group_stats(summary: pd.DataFrame, metric: str, keys: Sequence[str]) -> pd.DataFrame:
     """One row per group of runs sharing the values of keys (swept parameters).
 
     Columns: each key, ``runs`` (rows of the group), ``n`` (values used), ``mean``,
-    ``low`` and ``high`` (Student t 95 % interval, NaN with fewer than two values),
+    ``low`` and ``high`` (Student t 95 % interval, NaN with fewer than two values, cut at
+    the metric's bounds: `metric_bounds`), ``cut`` (True where it was),
     ``not_ok`` (runs used whose fidelity is not ok), ``runs_not_ok`` (runs of the group
     whose fidelity is not ok, used or not).  No keys: one group of all runs.
     """
@@ -153,17 +166,23 @@ def group_stats(summary: pd.DataFrame, metric: str, keys: Sequence[str]) -> pd.D
     bad = not_ok(summary)
     groups = summary.groupby(list(keys), dropna=False, sort=False) if keys \
         else [((), summary)]
+    least, most = metric_bounds(metric)
     rows = []
     for key, g in groups:
         used = vals.loc[g.index].dropna()
         mean, low, high, n = mean_interval(used.tolist())
+        cut = False
+        if low is not None and least is not None and low < least:
+            low, cut = least, True
+        if high is not None and most is not None and high > most:
+            high, cut = most, True
         rows.append({**dict(zip(keys, key, strict=True)), "runs": len(g), "n": n,
                      "mean": mean, "low": math.nan if low is None else low,
-                     "high": math.nan if high is None else high,
+                     "high": math.nan if high is None else high, "cut": cut,
                      "not_ok": int(bad.loc[used.index].sum()),
                      "runs_not_ok": int(bad.loc[g.index].sum())})
-    return pd.DataFrame(rows, columns=[*keys, "runs", "n", "mean", "low", "high", "not_ok",
-                                       "runs_not_ok"])
+    return pd.DataFrame(rows, columns=[*keys, "runs", "n", "mean", "low", "high", "cut",
+                                       "not_ok", "runs_not_ok"])
 
 
 def sweep_notes(summary: pd.DataFrame, param: str, metric: str, others: Sequence[str],
@@ -183,6 +202,9 @@ def sweep_notes(summary: pd.DataFrame, param: str, metric: str, others: Sequence
         notes.append(f"1 run per {thing}, no interval")
     elif (used["n"] == 1).any():
         notes.append(f"{thing}s of 1 run have no interval")
+    if bool(used["cut"].any()):
+        notes.append("intervals cut where the metric ends (it cannot be below 0, or a "
+                     "share above 100 %)")
     _vals, left = metric_values(summary, metric)
     if left.total:
         notes.append(left.text())

@@ -103,6 +103,34 @@ def test_intervals_are_student_t_over_the_repetitions():
     assert cell == f"8 [{8 - half / 1e6:.4g}, {8 + half / 1e6:.4g}] (n=3)"
 
 
+def test_an_interval_past_what_the_metric_can_be_is_cut_there_and_says_so():
+    # retransmissions 0, 0, 105: mean 35, t interval 35 -+ 150.6 reaches below 0, which a
+    # count cannot be; a share of 99, 100, 95 % reaches above 100 %
+    s = pd.DataFrame({"run_id": list("abcdef"), "status": "complete", "fidelity": "ok",
+                      "transport.cc": ["x"] * 3 + ["y"] * 3,
+                      "retransmissions": [0, 0, 105, 5, 6, 7],
+                      "ooo_share_pct": [99.0, 100.0, 95.0, 1.0, 2.0, 3.0]})
+    assert sweep_stats.metric_bounds("retransmissions") == (0.0, None)
+    st = sweep_stats.group_stats(s, "retransmissions", ["transport.cc"]).set_index(
+        "transport.cc")
+    half = T_975_DF2 * float(np.std([0, 0, 105], ddof=1)) / math.sqrt(3)
+    assert st.loc["x", "low"] == 0.0 and st.loc["x", "high"] == pytest.approx(35 + half)
+    assert bool(st.loc["x", "cut"]) and not bool(st.loc["y", "cut"])
+    assert st.loc["y", "low"] == pytest.approx(6 - T_975_DF2 / math.sqrt(3))
+    cells = means_table(s, ["transport.cc"], ["retransmissions"]).iloc[:, -1].tolist()
+    assert cells[0] == f"35 [0, {35 + half:.4g}] (n=3, cut at 0)"
+    assert cells[1].endswith("(n=3)") and "cut" not in cells[1]
+    fig = plots.sweep_figure(s, "transport.cc", "retransmissions", [])
+    assert "intervals cut where the metric ends" in fig.get_supxlabel().replace("\n", " ")
+    whiskers = [c for c in fig.axes[0].containers if isinstance(c, ErrorbarContainer)]
+    lows = [seg[:, 1].min() for c in whiskers for seg in c.lines[2][0].get_segments()]
+    assert min(lows) == 0.0
+    # a metric the contract does not declare is never cut
+    assert sweep_stats.metric_bounds("ooo_share_pct") == (None, None)
+    free = sweep_stats.group_stats(s, "ooo_share_pct", ["transport.cc"])
+    assert not free["cut"].any() and free["high"].max() > 100
+
+
 def test_one_run_per_bar_has_no_interval_and_says_so():
     s = _runs()
     s = s[s["repetition"] == 1]
@@ -112,7 +140,9 @@ def test_one_run_per_bar_has_no_interval_and_says_so():
     assert not [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
     assert "1 run per bar, no interval" in fig.get_supxlabel().replace("\n", " ")
     cells = means_table(s, ["workload.0"], ["throughput_bps_mean"]).iloc[:, -1]
-    assert all(c.endswith("(n=2)") for c in cells)  # two bandwidths per workload
+    # two bandwidths per workload: 3 and 7, 1 and 3 Mbit/s, whose t intervals (df 1) reach
+    # far below 0
+    assert all(c.endswith("(n=2, cut at 0)") for c in cells)
     one = means_table(s, ["workload.0", "topology.paths.1.bw"], ["throughput_bps_mean"])
     assert all(c.endswith("(n=1, no interval)") for c in one.iloc[:, -1])
 
