@@ -20,6 +20,8 @@ from typing import Any
 
 import pandas as pd
 
+from testbed.spec.linkshape import BURST_MIN_BYTES
+
 OK, WARN, FAIL = "ok", "warn", "fail"
 _RANK = {OK: 0, WARN: 1, FAIL: 2}
 
@@ -28,6 +30,10 @@ THRESHOLDS: dict[str, tuple[float, float]] = {
     # achieved / configured rate of a link direction whose queue overflowed (it was
     # saturated): below these, the link did not deliver what it was configured to
     "rate_ratio": (0.90, 0.70),
+    # peak rate / what the shaper may let through (the rate in force, 0 while the link is
+    # down, plus its token bucket over the rate window) of a link direction, per schedule
+    # phase: above these, the link carried more than it was shaped to
+    "rate_over": (1.10, 1.50),
     # minimum ping RTT minus the configured RTT, in units of the tolerance 5 % + 2 ms
     "rtt_excess_tol": (1.0, 5.0),
     # first ping RTT, same units (a first packet that waited for ARP or an upcall)
@@ -45,6 +51,7 @@ THRESHOLDS: dict[str, tuple[float, float]] = {
 }
 RTT_TOL_PCT, RTT_TOL_MS = 5.0, 2.0
 MIN_OOO_SEGMENTS = 100
+MIN_BURST_BYTES = BURST_MIN_BYTES  # a link's token bucket when its record has none
 REORDERING_POLICIES = {"spray"}   # forwarding that reorders on purpose
 
 
@@ -84,23 +91,68 @@ def _num(v: Any) -> float | None:
     return None if math.isnan(f) else f
 
 
-def check_links(v: _Verdict, raw: Mapping[str, Any]) -> None:
-    rows = []
+def _phases(link: Mapping[str, Any], scheduled: bool) -> list[dict[str, Any]] | None:
+    """The stretches of a link direction to judge, each with bw_bps (in force), up,
+    burst_bytes and peak_bps: the monitor's phases, or the whole run as one.  None: a link
+    the schedule changes, recorded before phases were (its peak is not comparable to one
+    rate)."""
+    if link.get("phases"):
+        return list(link["phases"])
+    if scheduled:
+        return None
+    return [{"bw_bps": link.get("bw_bps"), "up": True, "burst_bytes": link.get("burst_bytes"),
+             "peak_bps": link.get("peak_bps"), "from_s": None, "to_s": None}]
+
+
+def _when(ph: Mapping[str, Any]) -> str:
+    if ph.get("from_s") is None:
+        return ""
+    return f" from {_num(ph['from_s']):.1f} to {_num(ph['to_s']):.1f} s"
+
+
+def check_links(v: _Verdict, raw: Mapping[str, Any], scheduled: set[str] | None = None
+                ) -> None:
+    """Each shaped link direction: whether it carried its rate when saturated (its queue
+    overflowed: the best phase's peak / the rate then in force, ``rate_ratio``), and
+    whether it carried more than it was shaped to in any phase (``rate_over``).
+    scheduled: the links a schedule changed (from the events table)."""
+    window = _num(raw.get("rate_window_s")) or 1.0
+    rows, over = [], []
     for link in raw.get("links") or []:
-        bw, peak = _num(link.get("bw_bps")), _num(link.get("peak_bps"))
-        drops = link.get("queue_drops")
-        if not bw or peak is None:
+        name, egress = link.get("link"), link.get("egress")
+        phases = _phases(link, name in (scheduled or set()))
+        if phases is None:
             continue
-        ratio = peak / bw
-        rows.append({"link": link.get("link"), "egress": link.get("egress"),
-                     "ratio": round(ratio, 4), "saturated": bool(drops)})
+        judged = []
+        for ph in phases:
+            bw, peak = _num(ph.get("bw_bps")), _num(ph.get("peak_bps"))
+            if bw is None or peak is None:  # no rate limit, or too short to measure
+                continue
+            up = ph.get("up", True) is not False
+            burst = _num(ph.get("burst_bytes")) or MIN_BURST_BYTES
+            allowed = (bw if up else 0.0) + 8 * burst / window
+            over.append(peak / allowed)
+            level = _grade(peak / allowed, "rate_over")
+            state = f"shaped to {bw / 1e6:.3g} Mbit/s" if up else "down"
+            v.add(level, f"link {name} ({egress}) carried {peak / 1e6:.3g} Mbit/s at most "
+                         f"while {state}{_when(ph)} (at most {allowed / 1e6:.3g} with its "
+                         "token bucket): the shaping let more through")
+            if up and bw > 0:
+                judged.append((peak / bw, peak, bw, ph))
+        drops = link.get("queue_drops")
+        if not judged:
+            continue
+        ratio, peak, bw, ph = max(judged, key=lambda j: j[0])
+        rows.append({"link": name, "egress": egress, "ratio": round(ratio, 4),
+                     "saturated": bool(drops)})
         if drops:
             level = _grade(ratio, "rate_ratio", higher_is_worse=False)
-            v.add(level, f"link {link.get('link')} ({link.get('egress')}) carried at most "
-                         f"{peak / 1e6:.2f} of {bw / 1e6:.2f} Mbit/s ({ratio:.0%}) while its "
-                         f"queue overflowed ({drops} drops)")
+            v.add(level, f"link {name} ({egress}) carried at most {peak / 1e6:.2f} of "
+                         f"{bw / 1e6:.2f} Mbit/s ({ratio:.0%}){_when(ph)} while its queue "
+                         f"overflowed ({drops} drops)")
     sat = [r["ratio"] for r in rows if r["saturated"]]
     v.checks["rate_ratio_min"] = min(sat) if sat else None
+    v.checks["rate_over_max"] = round(max(over), 4) if over else None
     v.checks["links_saturated"] = len(sat)
 
 
@@ -202,6 +254,13 @@ def check_reordering(v: _Verdict, flows: pd.DataFrame | None, policy: str) -> No
           "reorder: the emulator did")
 
 
+def _scheduled(events: pd.DataFrame | None) -> set[str]:
+    """The links a schedule event changed."""
+    if events is None or not len(events) or "link" not in events:
+        return set()
+    return {str(x) for x in events["link"].dropna()}
+
+
 def _link_went_down(events: pd.DataFrame | None) -> bool:
     """Whether a schedule event took a link down (the kernel then drops what is on its
     way to the downed interface, and counts it with the softnet backlog drops)."""
@@ -272,7 +331,7 @@ def assess(meta: Mapping[str, Any], flows: pd.DataFrame | None = None,
                 "checks": {}}
     v = _Verdict()
     policy = str((meta.get("controller") or {}).get("kind") or "")
-    check_links(v, raw)
+    check_links(v, raw, _scheduled(events))
     check_pings(v, raw, ping)
     check_events(v, events)
     check_cpu(v, raw)
@@ -284,7 +343,11 @@ def assess(meta: Mapping[str, Any], flows: pd.DataFrame | None = None,
 
 CHECK_TEXT: dict[str, str] = {
     "rate_ratio": "peak 1-s rate / configured rate of a link direction whose queue "
-                  "overflowed during the run (below the limit)",
+                  "overflowed during the run (below the limit); for a link a schedule "
+                  "changes, that of its best phase, against the rate then in force",
+    "rate_over": "peak 1-s rate / (rate in force + token bucket per second) of a link "
+                 "direction, in every phase of its schedule (0 while down): above the "
+                 "limit, the link carried more than it was shaped to",
     "rtt_excess_tol": "(lowest ping RTT - configured RTT) / (5 % of configured + 2 ms)",
     "first_rtt_excess_tol": "(first ping RTT - configured RTT) / (5 % of configured + 2 ms)",
     "event_late_ms": "t_applied - t_planned of the latest schedule event, ms",

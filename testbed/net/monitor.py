@@ -11,7 +11,10 @@ root namespace and without starting a program (file reads only):
   was full, and how often its receive processing ran out of budget (``time_squeeze``):
   drops where no queue was configured;
 * the byte counters of every shaped link direction whose interface (or whose veth peer)
-  lives in the root namespace: the rate each link actually carried.
+  lives in the root namespace: the rate each link actually carried, over the whole run
+  and, for a link a schedule changes, in each stretch between its changes (`link_phases`:
+  the rate then in force, 0 while it is down), so a 384 kbit/s stretch is judged against
+  384 kbit/s and not against the 10 Mbit/s the link starts with.
 
 `Monitor` runs these on a thread every `interval` seconds from the run's clock start to
 the end of its traffic; `Monitor.summary` is what ``metadata.json`` keeps under
@@ -27,10 +30,19 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from testbed.spec.linkshape import BURST_MIN_BYTES, burst_for
+
+if TYPE_CHECKING:
+    from testbed.spec.linkshape import LinkShape
+    from testbed.spec.model import ScheduleEvent
 
 BUSY_SATURATED = 0.95  # an interval whose busiest CPU was this busy counts as saturated
 RATE_WINDOW_S = 1.0    # achieved link rate: the best window of this length
+# a phase's rate is read from windows this far from its changes: an event lands a few ms
+# late, and what a slower rate or a downed link held back drains at its start
+PHASE_GUARD_S = 0.25
 
 
 def parse_proc_stat(text: str) -> tuple[int, int]:
@@ -136,16 +148,66 @@ def peak_rate_bps(samples: Sequence[tuple[float, int]], window_s: float = RATE_W
 
 
 @dataclass(frozen=True)
+class Phase:
+    """A stretch of one link's schedule: from start to end (epoch s), the rate in force
+    (bit/s; 0 while the link is down; None: no rate limit) and the token bucket then
+    (bytes: what the shaper may send at once above the rate)."""
+
+    start: float
+    end: float
+    bw_bps: int | None
+    burst_bytes: int
+    up: bool
+
+
+def link_phases(shape: LinkShape, events: Sequence[ScheduleEvent], t0: float, t_end: float
+                ) -> list[Phase]:
+    """The stretches of one link between the changes its events (planned at t0 + at, in
+    time order) make, from t0 to t_end; one phase when none changes it."""
+    phases: list[Phase] = []
+    start, up = t0, True
+
+    def close(end: float) -> None:
+        if end > start:
+            phases.append(Phase(start, end, (shape.bw_bps if up else 0), burst_for(shape), up))
+
+    for ev in events:
+        new = ev.apply_to(shape)
+        new_up = up if ev.link_up is None else ev.link_up
+        if new == shape and new_up == up:
+            continue
+        at = min(max(t0 + ev.at, t0), t_end)
+        close(at)
+        start, shape, up = at, new, new_up
+    close(t_end)
+    return phases
+
+
+def phase_peak_bps(samples: Sequence[tuple[float, int]], phase: Phase,
+                   guard_s: float = PHASE_GUARD_S) -> float | None:
+    """`peak_rate_bps` over the samples inside the phase, guard_s away from its ends."""
+    inside = [s for s in samples if phase.start + guard_s <= s[0] <= phase.end - guard_s]
+    return peak_rate_bps(inside)
+
+
+@dataclass(frozen=True)
 class LinkCounter:
     """Where to read what one shaped link direction carried: the root-namespace
     interface and its counter (``tx_bytes`` of the egress itself, or ``rx_bytes`` of
-    the veth peer when the egress lives in a host's namespace)."""
+    the veth peer when the egress lives in a host's namespace); shape: the link's shape
+    when the run starts (its schedule's phases start from it)."""
 
     link: str
     egress: str      # the shaped interface
     read_dev: str    # the root-namespace interface whose counter is read
     counter: str     # tx_bytes | rx_bytes
     bw_bps: int | None
+    shape: LinkShape | None = None
+
+    @property
+    def burst_bytes(self) -> int:
+        """The token bucket of the starting shape (one frame when it is unknown)."""
+        return burst_for(self.shape) if self.shape is not None else BURST_MIN_BYTES
 
     @property
     def path(self) -> Path:
@@ -209,19 +271,41 @@ class Monitor:
         while not self._stop.wait(self.interval):
             self.sample()
 
-    def stop(self) -> dict[str, Any]:
-        """Stop sampling (one last sample) and return `summary`."""
+    def stop(self, events: Sequence[ScheduleEvent] = (), t0: float | None = None
+             ) -> dict[str, Any]:
+        """Stop sampling (one last sample) and return `summary` (events, t0: the run's
+        link schedule and clock start, for the phases of the links it changes)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
             self.sample()
         self.t_end = time.time()
-        return self.summary()
+        return self.summary(events, t0)
 
-    def summary(self) -> dict[str, Any]:
+    def _phases(self, c: LinkCounter, events: Sequence[ScheduleEvent], t0: float | None
+                ) -> list[dict[str, Any]] | None:
+        """Each phase of c's link with the peak rate it carried (None: no event of the
+        schedule changes the link, or its start shape is unknown)."""
+        mine = [ev for ev in events if ev.link == c.link]
+        if not mine or t0 is None or c.shape is None or self.t_end is None:
+            return None
+        phases = link_phases(c.shape, mine, t0, self.t_end)
+        if len(phases) < 2:
+            return None
+        out = []
+        for ph in phases:
+            peak = phase_peak_bps(self.counters[c.egress], ph)
+            out.append({"from_s": round(ph.start - t0, 3), "to_s": round(ph.end - t0, 3),
+                        "bw_bps": ph.bw_bps, "up": ph.up, "burst_bytes": ph.burst_bytes,
+                        "peak_bps": None if peak is None else round(peak, 1)})
+        return out
+
+    def summary(self, events: Sequence[ScheduleEvent] = (), t0: float | None = None
+                ) -> dict[str, Any]:
         """JSON-safe summary: CPU busy mean / saturated share, softnet deltas, per link
-        direction configured and peak rate."""
+        direction configured and peak rate, and for a link the schedule changes each
+        phase's rate in force and peak rate (`link_phases`)."""
         busy = busy_fractions(self.cpu)
         busiest = busiest_fractions(self.cpus)
         sat = [b for b in busiest if b >= BUSY_SATURATED]
@@ -229,13 +313,18 @@ class Monitor:
         links = []
         for c in self.links:
             peak = peak_rate_bps(self.counters[c.egress])
-            links.append({"link": c.link, "egress": c.egress, "bw_bps": c.bw_bps,
-                          "peak_bps": None if peak is None else round(peak, 1),
-                          "bytes": (self.counters[c.egress][-1][1]
-                                    - self.counters[c.egress][0][1])
-                          if len(self.counters[c.egress]) >= 2 else None})
+            entry = {"link": c.link, "egress": c.egress, "bw_bps": c.bw_bps,
+                     "burst_bytes": c.burst_bytes,
+                     "peak_bps": None if peak is None else round(peak, 1),
+                     "bytes": (self.counters[c.egress][-1][1] - self.counters[c.egress][0][1])
+                     if len(self.counters[c.egress]) >= 2 else None}
+            phases = self._phases(c, events, t0)
+            if phases is not None:
+                entry["phases"] = phases
+            links.append(entry)
         return {
             "interval_s": self.interval, "samples": len(self.cpu),
+            "rate_window_s": RATE_WINDOW_S, "phase_guard_s": PHASE_GUARD_S,
             "duration_s": None if self.t_start is None or self.t_end is None
             else round(self.t_end - self.t_start, 3),
             "cpu_busy_mean": round(sum(busy) / len(busy), 4) if busy else None,
@@ -260,12 +349,13 @@ def link_counters(links: Mapping[str, Any], peer_of: Mapping[str, str],
     """
     out = []
     for name, link in links.items():
-        bw = getattr(link.shape, "bw_bps", None)
+        shape = link.shape
+        bw = getattr(shape, "bw_bps", None)
         for eg in link.egress:
             if not in_namespace.get(eg.intf, eg.in_namespace):
-                out.append(LinkCounter(name, eg.intf, eg.intf, "tx_bytes", bw))
+                out.append(LinkCounter(name, eg.intf, eg.intf, "tx_bytes", bw, shape))
             elif eg.intf in peer_of and not in_namespace.get(peer_of[eg.intf], True):
-                out.append(LinkCounter(name, eg.intf, peer_of[eg.intf], "rx_bytes", bw))
+                out.append(LinkCounter(name, eg.intf, peer_of[eg.intf], "rx_bytes", bw, shape))
     return out
 
 

@@ -334,8 +334,13 @@ RUNS = Table("runs", "summary.parquet", "one per bundle of DIR (the view is rebu
                  Col("fidelity_reasons", STR, "", "every check that was not ok, `; `-joined "
                      "(`warn: ...`, `fail: ...`); null when ok"),
                  Col("fidelity_rate_ratio_min", FLT, "fraction", "lowest peak 1-s rate / "
-                     "configured rate over link directions whose queue overflowed (above 1: "
-                     "faster than configured)", range=(0.0, None)),
+                     "configured rate over link directions whose queue overflowed; for a "
+                     "link a schedule changes, its best phase against the rate then in "
+                     "force (format 1.10)", range=(0.0, None)),
+                 Col("fidelity_rate_over_max", FLT, "fraction", "highest peak 1-s rate / "
+                     "(rate in force + token bucket per second) over link directions and "
+                     "the phases of their schedule (0 while down); above 1: a link carried "
+                     "more than it was shaped to (format 1.10)", range=(0.0, None)),
                  Col("fidelity_rtt_excess_ms_max", FLT, "ms", "largest (lowest ping RTT - "
                      "configured RTT) over ping workloads; negative: faster than "
                      "configured", range=ANY),

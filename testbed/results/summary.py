@@ -35,9 +35,10 @@ IDENTITY_COLUMNS = ("run_id", "name", "status", "repetition", "seed", "started",
                     "wall_s", "error", "path")
 PARAM_PREFIX = "param:"
 # the checks of analysis.fidelity.assess that become summary columns ``fidelity_<check>``
-FIDELITY_CHECKS = ("rate_ratio_min", "rtt_excess_ms_max", "first_rtt_ms", "event_late_ms_max",
-                   "cpu_saturated_share", "cpu_busiest_mean", "emulator_ooo_ratio_max",
-                   "softnet_dropped", "ovs_upcalls_lost", "controller_restarts")
+FIDELITY_CHECKS = ("rate_ratio_min", "rate_over_max", "rtt_excess_ms_max", "first_rtt_ms",
+                   "event_late_ms_max", "cpu_saturated_share", "cpu_busiest_mean",
+                   "emulator_ooo_ratio_max", "softnet_dropped", "ovs_upcalls_lost",
+                   "controller_restarts")
 FIDELITY_COLUMNS = ("fidelity", "fidelity_reasons", *(f"fidelity_{k}" for k in FIDELITY_CHECKS))
 # the columns a run's own record sets (identity, fidelity, phase times and headline, every
 # column the contract declares); a swept key of the same name gets ``param:<key>``

@@ -338,7 +338,7 @@ def _run_network(plan: NetworkPlan, bundle: Bundle, meta: dict[str, Any],
             tl.enter("teardown")
             traffic_over = True
         finally:
-            raw = monitor.stop() if monitor is not None else None
+            raw = monitor.stop(plan.events, meta.get("t0")) if monitor is not None else None
             if raw is not None:
                 meta["fidelity_raw"] = raw  # completed by `counters` below
 

@@ -51,7 +51,7 @@ def test_every_metadata_json_says_its_format_first(made: Path) -> None:
         meta = json.loads(b.metadata_path.read_text())
         assert next(iter(meta)) == "format_version"
         assert meta["format_version"] == FORMAT_VERSION
-    assert format_version({"format_version": FORMAT_VERSION}) == (1, 9)
+    assert format_version({"format_version": FORMAT_VERSION}) == (1, 10)
 
 
 def test_a_bundle_without_the_key_reads_as_1_0(made: Path, tmp_path: Path) -> None:

@@ -84,3 +84,55 @@ def test_monitor_samples_fake_files():
     assert s["samples"] >= 3 and s["cpu_busy_mean"] == 0.5 and s["cpu_saturated_share"] == 0
     assert s["softnet_dropped"] == 0 and s["errors"] == []
     assert s["links"][0]["link"] == "wifi" and s["links"][0]["bytes"] > 0
+
+
+def test_a_schedule_splits_a_link_into_phases_each_with_its_rate():
+    from testbed.net.monitor import link_phases, phase_peak_bps
+    from testbed.spec.linkshape import LinkShape
+    from testbed.spec.model import ScheduleEvent
+
+    start = LinkShape(bw_bps=10_000_000, delay_s=0.01, queue_pkts=100)
+    events = [ScheduleEvent(at=2.0, link="wifi", bw="384kbit"),
+              ScheduleEvent(at=4.0, link="wifi", down=True),
+              ScheduleEvent(at=5.0, link="wifi", down=False),
+              ScheduleEvent(at=6.0, link="wifi", bw="384kbit")]  # the rate it has: no phase
+    ph = link_phases(start, events, t0=100.0, t_end=108.0)
+    assert [(p.start, p.end, p.bw_bps, p.up) for p in ph] == [
+        (100.0, 102.0, 10_000_000, True), (102.0, 104.0, 384_000, True),
+        (104.0, 105.0, 0, False), (105.0, 108.0, 384_000, True)]
+    # the token bucket: 10 ms at the rate, at least one 1514-byte frame
+    assert [p.burst_bytes for p in ph] == [12_500, 1_514, 1_514, 1_514]
+    assert link_phases(start, [], 100.0, 108.0) == [ph[0].__class__(100.0, 108.0, 10_000_000,
+                                                                     12_500, True)]
+
+    # a counter sampled every 0.5 s carrying each phase's rate, and 10 Mbit/s for the half
+    # second after the change to 384 kbit/s (what the faster rate had queued drains)
+    def rate(t: float) -> float:
+        return 10e6 if t < 102.5 else 384e3 if t < 104 else 0.0 if t < 105 else 384e3
+    samples, total = [], 0.0
+    for i in range(17):
+        t = 100.0 + i / 2
+        samples.append((t, int(total)))
+        total += rate(t) / 8 / 2
+    peaks = [phase_peak_bps(samples, p) for p in ph]
+    # inside each phase, 0.25 s from its ends: 100.5-101.5 s, 102.5-103.5 s, none whole
+    # second in 104.25-104.75 s, 105.5-107.5 s
+    assert peaks[0] == 10e6 and peaks[2] is None
+    assert peaks[1] == 384e3 and peaks[3] == 384e3
+    assert peak_rate_bps(samples) == 10e6
+
+    link = LinkCounter("wifi", "s1-eth1", "s1-eth1", "tx_bytes", 10_000_000, start)
+    m = Monitor([link], read=lambda p: "")
+    m.counters["s1-eth1"] = samples
+    m.t_end = 108.0
+    entry = m.summary(events, t0=100.0)["links"][0]
+    assert entry["burst_bytes"] == 12_500 and entry["peak_bps"] == 10e6
+    assert [(p["from_s"], p["to_s"], p["bw_bps"], p["up"], p["peak_bps"])
+            for p in entry["phases"]] == [(0.0, 2.0, 10_000_000, True, 10e6),
+                                          (2.0, 4.0, 384_000, True, 384e3),
+                                          (4.0, 5.0, 0, False, None),
+                                          (5.0, 8.0, 384_000, True, 384e3)]
+    # another link's events, or none: no phases
+    assert "phases" not in m.summary([ScheduleEvent(at=2.0, link="cell", bw="1Mbit")],
+                                     t0=100.0)["links"][0]
+    assert "phases" not in m.summary()["links"][0]

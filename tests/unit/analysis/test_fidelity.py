@@ -131,3 +131,46 @@ def test_what_the_monitor_could_not_read_is_named():
     assert fid["verdict"] == "warn"
     assert fid["reasons"] == ["warn: the fidelity monitor could not measure everything: "
                               "/proc/stat: gone"]
+
+
+def test_each_phase_of_a_scheduled_link_is_judged_against_the_rate_then_in_force():
+    def phase(f, t, bw, peak, up=True, burst=1_514):
+        return {"from_s": f, "to_s": t, "bw_bps": bw, "up": up, "burst_bytes": burst,
+                "peak_bps": peak}
+    events = pd.DataFrame({"t_planned": [3.0, 5.0], "t_applied": [3.001, 5.001],
+                           "link": ["access", "access"],
+                           "changes": ['{"bw_bps": 10000000}', '{"up": false}']})
+    good = {"link": "access", "egress": "s1-eth2", "bw_bps": 384e3, "burst_bytes": 1_514,
+            "peak_bps": 10.06e6, "queue_drops": 92,
+            "phases": [phase(0, 3, 384e3, 0.39e6), phase(3, 5, 10e6, 9.9e6, burst=12_500),
+                       phase(5, 8, 0, 0.0, up=False)]}
+    fid = assess(meta(fidelity_raw=raw(links=[good])), events=events)
+    assert fid["verdict"] == "ok", fid["reasons"]
+    # the best phase against its own rate (0.39 / 0.384; 9.9 / 10), not 10.06 / 0.384 = 26
+    assert fid["checks"]["rate_ratio_min"] == round(0.39e6 / 384e3, 4)
+    # 0.39 Mbit/s of the 0.384 + 1514 B x 8 / 1 s = 0.396 allowed
+    assert fid["checks"]["rate_over_max"] == round(0.39e6 / (384e3 + 1_514 * 8), 4)
+
+    # the 384 kbit/s phase carried 1 Mbit/s: the shaping failed there, whatever the load
+    leaky = {**good, "phases": [phase(0, 3, 384e3, 1e6), *good["phases"][1:]]}
+    fid = assess(meta(fidelity_raw=raw(links=[leaky])), events=events)
+    assert fid["verdict"] == "fail"
+    assert ("link access (s1-eth2) carried 1 Mbit/s at most while shaped to 0.384 Mbit/s "
+            "from 0.0 to 3.0 s (at most 0.396 with its token bucket)") in fid["reasons"][0]
+    # a downed link that carried traffic (beyond one frame a second)
+    alive = {**good, "phases": [*good["phases"][:2], phase(5, 8, 0, 20e3, up=False)]}
+    fid = assess(meta(fidelity_raw=raw(links=[alive])), events=events)
+    assert fid["verdict"] == "fail" and "while down from 5.0 to 8.0 s" in fid["reasons"][0]
+    # slightly above the rate: warn (1.2 x allowed)
+    warm = {**good, "phases": [phase(0, 3, 384e3, 1.2 * (384e3 + 1_514 * 8)),
+                               *good["phases"][1:]]}
+    assert assess(meta(fidelity_raw=raw(links=[warm])), events=events)["verdict"] == "warn"
+
+    # a scheduled link recorded before phases existed (format < 1.10): not judged at all
+    old = {k: v for k, v in good.items() if k not in ("phases", "burst_bytes")}
+    fid = assess(meta(fidelity_raw=raw(links=[old])), events=events)
+    assert fid["verdict"] == "ok" and fid["checks"]["rate_over_max"] is None
+    assert fid["checks"]["rate_ratio_min"] is None
+    # ... but a link no event changed is, with one frame as its bucket
+    fid = assess(meta(fidelity_raw=raw(links=[{**old, "link": "other"}])), events=events)
+    assert fid["verdict"] == "fail" and "0.384 Mbit/s (at most 0.396" in fid["reasons"][0]
