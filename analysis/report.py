@@ -127,7 +127,20 @@ def _context(root: Path, analyze: bool = True) -> ReportContext:
         if metrics == safefiles.SYMLINK:
             raise ReportInputError(f"{root / 'metrics'}: a symbolic link (not followed); "
                                    "the report neither reads nor writes through it")
-        if safefiles.file_in(root, "metrics/flows.parquet") is None:
+        # the run's record lists its metrics once analysed (`files`); a deferred analysis
+        # (a run made in the VM) or a bundle of captures only has none listed
+        files = ctx.meta.get("files")
+        analysed = ctx.meta.get("analysis") != "deferred" and isinstance(files, dict) \
+            and "metrics/flows.parquet" in files
+        if safefiles.file_in(root, "metrics/flows.parquet") is None and analysed:
+            # analysed once (by the run itself, or on this machine), then lost or damaged:
+            # analysing again here would rewrite every table without a look at the
+            # manifest; `testbed verify --update` checks the captures first
+            skipped.append("metrics/flows.parquet is missing or not a regular file, and "
+                           "the run was analysed: not analysed again here (`testbed "
+                           f"verify --update {root.parent}` does, once its captures match "
+                           "their sha256 manifest)")
+        elif safefiles.file_in(root, "metrics/flows.parquet") is None:
             if not analyze:
                 why = safefiles.check(root, root / "metrics" / "flows.parquet")
                 what = "no metrics/flows.parquet" if why in (None, "missing") else \

@@ -124,7 +124,8 @@ def workload_rate(flows: pd.DataFrame, workload: str, run_filter: dict[str, Any]
 
 def window_rates(spec_out: Path, t_from: float, t_to: float,
                 run_filter: dict[str, Any] | None = None, kinds: tuple[str, ...] = SENT,
-                table: pd.DataFrame | None = None) -> list[float]:
+                table: pd.DataFrame | None = None, keys: set[str] | None = None
+                ) -> list[float]:
     """Average rate (bit/s) in [t_from, t_to) seconds after the run's start, per run.
 
     Sums the goodput series of every top-level flow per run: one value for each run that
@@ -133,7 +134,8 @@ def window_rates(spec_out: Path, t_from: float, t_to: float,
     and MPTCP connections ("connection"; their subflows are not added again); `DELIVERED`:
     TCP flows' bytes acknowledged by their receiver ("delivered") instead of "flow", except
     in runs analysed before that series existed, which count "flow".  table: the
-    timeseries of spec_out if already loaded (`run_table`).
+    timeseries of spec_out if already loaded (`run_table`); keys: only these flows'
+    series (flow ids, ``mptcp:<token>`` for a connection), e.g. one workload's.
     """
     ts = run_table(spec_out, "timeseries") if table is None else table
     if ts.empty:
@@ -142,6 +144,8 @@ def window_rates(spec_out: Path, t_from: float, t_to: float,
     if "delivered" in kinds:
         has = ts.loc[ts["kind"] == "delivered", "run_id"].unique()
         wanted |= (ts["kind"] == "flow") & ~ts["run_id"].isin(has)
+    if keys is not None:
+        wanted &= ts["key"].isin(list(keys))
     sel = select_runs(ts[wanted], run_filter)
     if sel is None or sel.empty:
         return []

@@ -96,23 +96,46 @@ def disjoint_use(out: Path) -> dict[str, list[float]]:
             for cc, runs in _per_run_rates(spec_out).items()}
 
 
+def after_video(spec_out: Path) -> tuple[float, float] | None:
+    """The heavy-load window of a spec's runs: from 1 s after its ``video`` workload
+    starts to the end of the run (s on the run's clock); None without a video."""
+    resolved = resolved_spec(spec_out) or {}
+    starts = [parse_duration(w["start"]) for w in resolved.get("workload", [])
+              if w.get("name") == "video" and "start" in w]
+    if not starts or "duration" not in resolved:
+        return None
+    return starts[0] + 1.0, parse_duration(resolved["duration"])
+
+
+def workload_window_rates(spec_out: Path, workload: str, window: tuple[float, float]
+                          ) -> list[float]:
+    """One workload's rate (bit/s) in window (`after_video`), one value per run that ran
+    it: its top-level flows' new data (`analysis.study_tables.window_rates`)."""
+    flows = top_flows(spec_out)
+    if flows.empty or "workload" not in flows:
+        return []
+    ts = run_table(spec_out, "timeseries")
+    out: list[float] = []
+    for run, g in flows[flows["workload"] == workload].groupby("run_id"):
+        out += window_rates(spec_out, *window, run_filter={"run_id": run}, table=ts,
+                            keys=set(g["flow_id"].astype(str)))
+    return out
+
+
 def file_rates(out: Path, spec: str) -> dict[str, list[float]]:
     """cc -> the file's throughput (bit/s) per run: the whole run at normal load
     (``cc_normal``); from 1 s after the video starts to the end under heavy load."""
     spec_out = out / spec
     if spec == "cc_heavy":
-        resolved = resolved_spec(spec_out) or {}
-        starts = [parse_duration(w["start"]) for w in resolved.get("workload", [])
-                  if w.get("name") == "video" and "start" in w]
-        if not starts or "duration" not in resolved:
+        window = after_video(spec_out)
+        if window is None:
             return {}
-        t0, t1 = starts[0] + 1.0, parse_duration(resolved["duration"])
         ts = run_table(spec_out, "timeseries")
-        out: dict[str, list[float]] = {}
+        rates: dict[str, list[float]] = {}
         for run, cc in run_ccs(spec_out).items():
-            out.setdefault(cc, []).extend(window_rates(
-                spec_out, t0, t1, run_filter={"run_id": run}, kinds=("connection",),
+            rates.setdefault(cc, []).extend(window_rates(
+                spec_out, *window, run_filter={"run_id": run}, kinds=("connection",),
                 table=ts))
-        return out
+        return rates
     return {cc: [r["file"] for r in runs.values() if "file" in r]
             for cc, runs in _per_run_rates(spec_out).items()}

@@ -116,7 +116,8 @@ def register(app: typer.Typer) -> None:
                 bin_s: Annotated[float, typer.Option(
                     "--bin", metavar="SECONDS", help="Throughput bin (s).")] = 0.1,
                 chunk_bytes: Annotated[int, typer.Option(
-                    metavar="BYTES", help="Read buffer (bytes).")] = DEFAULT_CHUNK_BYTES,
+                    metavar="BYTES", min=4096, max=1 << 30,
+                    help="Read buffer (bytes, 4096 .. 1 GiB).")] = DEFAULT_CHUNK_BYTES,
                 packets: Annotated[bool, typer.Option("--packets", help="Also write the "
                                                       "decoded packets per capture.")] = False
                 ) -> None:

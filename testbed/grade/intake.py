@@ -7,7 +7,9 @@ member and the reason (`IntakeError`):
 * absolute paths, ``..`` components, empty or backslash-separated names;
 * symbolic links, hard links, devices and FIFOs (in a folder too: nothing is followed);
 * more than ``limits.max_files`` files or ``limits.max_bytes`` bytes in all, counted while
-  copying (an archive's declared sizes are not trusted).
+  copying (an archive's declared sizes are not trusted), or a path more than `MAX_DEPTH`
+  folders deep;
+* an encrypted or damaged member, and a member given twice or as a file and a folder.
 
 Nothing is ever written into the submissions folder: dest must lie outside it.
 """
@@ -20,6 +22,7 @@ import shutil
 import stat
 import tarfile
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO
@@ -28,6 +31,7 @@ from testbed.core.errors import InputError
 
 ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz", ".tar")
 _CHUNK = 1 << 20
+MAX_DEPTH = 32  # folders a path may go down (a bundle's deepest file is 3 below its run)
 
 
 class IntakeError(InputError):
@@ -107,7 +111,14 @@ def _member_path(name: str) -> PurePosixPath:
     parts = [p for p in path.parts if p not in (".", "")]
     if not parts:
         raise IntakeError(f"member {name!r}: not a plain relative name")
+    _check_depth(len(parts), name[:80])
     return PurePosixPath(*parts)
+
+
+def _check_depth(depth: int, name: str) -> None:
+    if depth > MAX_DEPTH:
+        raise IntakeError(f"{name}...: more than {MAX_DEPTH} folders deep (refused); hand in "
+                          "the result bundles only")
 
 
 class _Budget:
@@ -129,11 +140,24 @@ class _Budget:
                               f"(at {name}); hand in the result bundles only")
 
 
+def _mkdir(dest: Path, rel: PurePosixPath) -> None:
+    """dest/rel as a folder (with its parents); `IntakeError` when a file is in the way."""
+    try:
+        dest.joinpath(*rel.parts).mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise IntakeError(f"member {rel}: given as a file and as a folder (refused)") from None
+
+
 def _write(src: IO[bytes], dest: Path, rel: PurePosixPath, budget: _Budget) -> None:
     target = dest.joinpath(*rel.parts)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    if len(rel.parts) > 1:
+        _mkdir(dest, rel.parent)
     budget.add_file(str(rel))
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    try:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    except (FileExistsError, IsADirectoryError):
+        raise IntakeError(f"member {rel}: given twice, or as a file and as a folder "
+                          "(refused)") from None
     with os.fdopen(fd, "wb") as out:
         while chunk := src.read(_CHUNK):
             budget.add_bytes(len(chunk), str(rel))
@@ -151,10 +175,17 @@ def _from_zip(path: Path, dest: Path, budget: _Budget) -> None:
                     kind = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
                     raise IntakeError(f"member {info.filename}: {kind} (refused)")
                 if info.is_dir():
-                    dest.joinpath(*rel.parts).mkdir(parents=True, exist_ok=True)
+                    _mkdir(dest, rel)
                     continue
-                with zf.open(info) as src:
-                    _write(src, dest, rel, budget)
+                if info.flag_bits & 0x1:
+                    raise IntakeError(f"member {info.filename}: encrypted (refused); hand in "
+                                      "an archive without a password")
+                try:
+                    with zf.open(info) as src:
+                        _write(src, dest, rel, budget)
+                except (zipfile.BadZipFile, zlib.error, EOFError, RuntimeError) as exc:
+                    raise IntakeError(f"member {info.filename}: damaged, cannot be "
+                                      f"extracted ({exc})") from None
     except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, NotImplementedError) as exc:
         raise IntakeError(f"not a readable zip archive ({exc})") from None
 
@@ -170,7 +201,7 @@ def _from_tar(path: Path, dest: Path, budget: _Budget) -> None:
                     kind = "a symbolic link" if member.issym() else "a hard link"
                     raise IntakeError(f"member {member.name}: {kind} (refused)")
                 if member.isdir():
-                    dest.joinpath(*rel.parts).mkdir(parents=True, exist_ok=True)
+                    _mkdir(dest, rel)
                     continue
                 if not member.isfile():
                     raise IntakeError(f"member {member.name}: a device, FIFO or other "
@@ -189,6 +220,8 @@ def _from_tar(path: Path, dest: Path, budget: _Budget) -> None:
 def _from_folder(src: Path, dest: Path, budget: _Budget, rel: PurePosixPath | None = None
                  ) -> None:
     here = src if rel is None else src.joinpath(*rel.parts)
+    if rel is not None:
+        _check_depth(len(rel.parts), str(rel)[:80])
     with os.scandir(here) as it:
         for item in sorted(it, key=lambda e: e.name):
             sub = PurePosixPath(item.name) if rel is None else rel / item.name
@@ -196,7 +229,7 @@ def _from_folder(src: Path, dest: Path, budget: _Budget, rel: PurePosixPath | No
             if stat.S_ISLNK(st.st_mode):
                 raise IntakeError(f"{sub}: a symbolic link (refused)")
             if stat.S_ISDIR(st.st_mode):
-                dest.joinpath(*sub.parts).mkdir(parents=True, exist_ok=True)
+                _mkdir(dest, sub)
                 _from_folder(src, dest, budget, sub)
             elif stat.S_ISREG(st.st_mode):
                 if st.st_nlink > 1:

@@ -154,8 +154,8 @@ def _declared(name: str, col: pd.Series) -> pd.Series:
     if kind not in (FLT, INT):
         return col
 
-    def number(v: Any) -> bool:
-        return isinstance(v, int | float) and not isinstance(v, bool)
+    def number(v: Any) -> bool:  # a number parquet can hold (10**400 is none)
+        return isinstance(v, int | float) and not isinstance(v, bool) and _storable(v)
 
     values = [v for v in col if v is not None and v == v]
     if not all(number(v) for v in values):
@@ -166,15 +166,23 @@ def _declared(name: str, col: pd.Series) -> pd.Series:
     return col
 
 
+def _storable(v: int | float) -> bool:
+    """Whether parquet holds v as a number: a float, or an int that fits 64 bits."""
+    return not isinstance(v, int) or -(1 << 63) <= v < (1 << 63)
+
+
 def _uniform(col: pd.Series) -> pd.Series:
-    """Make a column storable in parquet: one scalar type, else JSON text."""
+    """Make a column storable in parquet: one scalar type, else JSON text (as is an int
+    too large for 64 bits)."""
     values = [v for v in col if v is not None and v == v]
     kinds = {type(v) for v in values}
+    if int in kinds and not all(_storable(v) for v in values if type(v) is int):
+        kinds.add(dict)  # text: no number type holds it
     if kinds == {int, float}:
         return col.astype("float64")
     if len(kinds) <= 1 and not kinds & {list, dict}:
         return col
-    return col.map(lambda v: None if v is None else
+    return col.map(lambda v: None if v is None or (isinstance(v, float) and v != v) else
                    (v if isinstance(v, str) else json.dumps(v, sort_keys=True)))
 
 

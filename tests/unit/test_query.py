@@ -382,6 +382,18 @@ def test_runs_keep_their_declared_columns_and_types_whatever_a_bundle_says(tmp_p
     # "fast" is no number: null, and the column stays numeric for the other runs
     assert pd.isna(got[second.parent.name]) and got[first.parent.name] == 1e6 + 0
 
+    # numbers no column type holds (10**400 overflows a float; an int past 64 bits) were
+    # an OverflowError in every reader of the folder: null in a declared column, text in
+    # a parameter's
+    meta = json.loads(second.read_text())
+    meta["headline"].update(throughput_bps_mean=10**400, flows=1 << 70)
+    meta["params"]["huge"] = 10**30
+    second.write_text(json.dumps(meta))
+    row = run_query(o2, "SELECT throughput_bps_mean, flows, huge FROM runs WHERE run_id = "
+                        f"'{second.parent.name}'")
+    assert pd.isna(row.iloc[0, 0]) and pd.isna(row.iloc[0, 1])
+    assert row.iloc[0, 2] == str(10**30)
+
 
 def test_an_unquoted_swept_key_gets_a_hint(tmp_path, out):
     """``SELECT controller.kind`` read as table.column: "table controller not found"."""

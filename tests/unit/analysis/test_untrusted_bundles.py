@@ -227,6 +227,28 @@ def test_report_out_refuses_a_run_whose_flows_table_is_a_link(tmp_path):
     assert not (tmp_path / "r.html").exists()
 
 
+def test_report_does_not_analyse_again_a_run_whose_record_lists_its_metrics(tmp_path):
+    """A run that was analysed and then lost ``metrics/flows.parquet`` (or has a FIFO or
+    a link there) was analysed again by ``testbed report``: every table rewritten from its
+    captures, whatever they held by now, without a look at its sha256 manifest."""
+    from realruns import TCP_RUN, finished_copy
+
+    run = finished_copy(tmp_path / "src", analyze_bundle) / TCP_RUN
+    meta = json.loads((run / "metadata.json").read_text())
+    assert "metrics/flows.parquet" in meta["files"]
+    (run / "metrics" / "flows.parquet").unlink()
+    os.mkfifo(run / "metrics" / "flows.parquet")
+    before = {p: (p.stat().st_mtime_ns, p.stat().st_size)
+              for p in sorted((run / "metrics").iterdir()) if p.is_file()}
+    page = report.write_report(run)
+    html = page.read_text()
+    assert {p: (p.stat().st_mtime_ns, p.stat().st_size)
+            for p in sorted((run / "metrics").iterdir()) if p.is_file()} == before
+    assert (run / "metrics" / "flows.parquet").is_fifo()
+    assert "not analysed again here" in html and "verify --update" in html
+    assert "broken" in html
+
+
 def _tree(root):
     return {p: p.read_bytes() if p.is_file() else None for p in sorted(root.rglob("*"))}
 

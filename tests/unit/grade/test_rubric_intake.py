@@ -141,6 +141,69 @@ def test_tar_refusals(tmp_path: Path, kind: bytes, why: str) -> None:
         take_in(Entry("s", _tar(tmp_path / "s.tar.gz", kind)), tmp_path / "out")
 
 
+def _damaged_zip(path: Path, encrypted: bool = False) -> Path:
+    """A zip whose last member's deflate data is garbage (or which says it is encrypted)."""
+    import struct
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("run/spec.toml", b"x")
+        zf.writestr("run/zz.txt", b"hello" * 100, compress_type=zipfile.ZIP_DEFLATED)
+    b = bytearray(path.read_bytes())
+    i = b.rfind(b"PK\x03\x04")
+    n, m = struct.unpack_from("<HH", b, i + 26)
+    if encrypted:  # the flag bit, in the local and the central header
+        b[i + 6] |= 1
+        c = b.rfind(b"PK\x01\x02")
+        b[c + 8] |= 1
+    else:
+        b[i + 30 + n + m:i + 38 + n + m] = b"\xff" * 8
+    path.write_bytes(bytes(b))
+    return path
+
+
+@pytest.mark.parametrize("encrypted,why", [(False, "run/zz.txt: damaged, cannot be "
+                                                   "extracted"),
+                                           (True, "run/zz.txt: encrypted")])
+def test_a_damaged_or_encrypted_member_is_one_line(tmp_path: Path, encrypted: bool,
+                                                   why: str) -> None:
+    z = _damaged_zip(tmp_path / "s.zip", encrypted)
+    with pytest.raises(IntakeError, match=why):
+        take_in(Entry("s", z), tmp_path / "out")
+
+
+@pytest.mark.parametrize("names", [("a/b", "a/b"), ("a", "a/b"), ("a/b", "a")])
+def test_a_member_twice_or_as_file_and_folder_is_refused(tmp_path: Path,
+                                                         names: tuple[str, str]) -> None:
+    z = tmp_path / "s.zip"
+    with zipfile.ZipFile(z, "w") as zf, pytest.warns(UserWarning, match="Duplicate") \
+            if names[0] == names[1] else _nothing():
+        for n in names:
+            zf.writestr(n, b"x")
+    with pytest.raises(IntakeError, match=r"given (twice|as a file and as a folder)") as exc:
+        take_in(Entry("s", z), tmp_path / "out")
+    assert str(tmp_path) not in str(exc.value)  # no temporary path in the line
+
+
+def _nothing():
+    import contextlib
+    return contextlib.nullcontext()
+
+
+def test_a_path_too_deep_is_refused_not_a_recursion_error(tmp_path: Path) -> None:
+    deep = tmp_path / "alice"
+    d = deep
+    for _ in range(40):
+        d = d / "d"
+    d.mkdir(parents=True)
+    (d / "x").write_text("x")
+    with pytest.raises(IntakeError, match="more than 32 folders deep"):
+        take_in(Entry("alice", deep), tmp_path / "out")
+    with tarfile.open(tmp_path / "s.tgz", "w:gz") as tf:
+        info = tarfile.TarInfo("static/" + "d/" * 1500 + "x")
+        tf.addfile(info, io.BytesIO(b""))
+    with pytest.raises(IntakeError, match="more than 32 folders deep"):
+        take_in(Entry("s", tmp_path / "s.tgz"), tmp_path / "out2")
+
+
 def test_limits_count_what_is_written(tmp_path: Path) -> None:
     z = _zip(tmp_path / "big.zip", {"a.bin": b"\0" * 5000, "b.bin": b"\0" * 10})
     with pytest.raises(IntakeError, match="more than 4096 bytes"):
