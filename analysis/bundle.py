@@ -29,8 +29,9 @@ from analysis import samples as S
 from analysis.capture import CaptureAnalysis
 from analysis.dsn import arrival_order, connection_table
 from analysis.pcap import DEFAULT_CHUNK_BYTES, Progress
-from analysis.rows import label_rows
+from analysis.rows import CONNECTION, label_rows, unsized_transfers
 from analysis.run_series import TIMESERIES_COLUMNS, run_timeseries
+from analysis.sequence import first_seen_bytes
 from testbed.core import safefiles
 from testbed.results import columns as C
 from testbed.results.bundle import check_format
@@ -271,10 +272,74 @@ def build_tables(caps: list[CaptureAnalysis], meta: dict, appflows: pd.DataFrame
     flows.loc[conn, "throughput_bps"] = (flows.loc[conn, "bytes"] * 8
                                          / flows.loc[conn, "fct_s"].where(flows.loc[conn, "fct_s"]
                                                                           > 0))
-    flows = label_rows(flows, meta, appflows).reindex(columns=FLOW_COLUMNS)
+    flows = label_rows(flows, meta, appflows)
+    flows = _rates_while_sending(flows, caps, appflows, meta, conn_at
+                                 ).reindex(columns=FLOW_COLUMNS)
     path_of = {stem: info.get("path") for stem, info in capture_interfaces(meta).items()}
     ts = run_timeseries(caps, base, path_of, t0, bin_s, conn_at)
     return {"flows": flows, "timeseries": ts}
+
+
+def _rates_while_sending(flows: pd.DataFrame, caps: list[CaptureAnalysis],
+                         appflows: pd.DataFrame, meta: dict,
+                         conn_at: dict[str, list[str]]) -> pd.DataFrame:
+    """``throughput_bps`` of every row of a transfer the flow tool ran without a size: what
+    its receiver got while the sender sent (before the traffic phase ended, or its
+    ``duration`` was over) over that time from its first SYN.  After its sender is stopped
+    a transfer drains what it had queued, an MPTCP connection slower than it ran (one
+    subflow finishes after the others), so bytes over its whole span read low.
+
+    A TCP flow or subflow counts the bytes its receiver acknowledged (at the receiver's
+    capture, as the ``delivered`` series); a connection the data-level bytes that reached
+    its receiver's captures, each once (as its ``connection`` series; not its subflows'
+    ACKs, which count a byte sent again on another subflow twice).  A row without such
+    packets (UDP, a capture of one direction) keeps its rate over its span."""
+    unsized, duration = unsized_transfers(flows, appflows)
+    t_end = pd.to_numeric(pd.Series([meta.get("t_traffic_end")]), errors="coerce").iloc[0]
+    if not unsized.any() or not np.isfinite(t_end):
+        return flows
+    start = flows["start"].to_numpy(float)
+    stop = np.where(np.isnan(duration), t_end, np.minimum(t_end, start + duration))
+    sub = flows["parent"].fillna("").to_numpy() != ""
+    # a subflow sends until its connection's sender stops
+    conn_stop = pd.Series(stop, index=flows["flow_id"].to_numpy())
+    stop = np.where(sub, flows["parent"].map(conn_stop).to_numpy(float), stop)
+    got = np.full(len(flows), np.nan)
+    by_name = {c.name: c for c in caps}
+    kind = flows["kind"].to_numpy()
+    tcp = unsized & (kind != CONNECTION)
+    where = flows["capture_receiver"].where(flows["capture_receiver"].notna(),
+                                            flows["capture"]).to_numpy()
+    for name in set(where[tcp]):
+        c = by_name.get(name)
+        if c is None:
+            continue
+        at = np.flatnonzero(tcp & (where == name))
+        k = pd.Series(np.arange(len(c.flow_rows)), index=c.flow_rows["flow_id"].to_numpy()
+                      ).reindex(flows["flow_id"].to_numpy()[at]).to_numpy()
+        at, k = at[~np.isnan(k)], k[~np.isnan(k)].astype(np.int64)
+        rr, f, nb = c.delivered_bytes_per_packet()
+        limit = np.full(len(c.flow_rows), -np.inf)
+        limit[k] = stop[at] * 1e9
+        keep = c.table.cols["ts_ns"][rr] < limit[f]
+        acked = np.bincount(f[keep], weights=nb[keep], minlength=len(c.flow_rows))
+        seen = np.bincount(f, minlength=len(c.flow_rows)) > 0
+        got[at] = np.where(seen[k], acked[k], np.nan)
+    for i in np.flatnonzero(unsized & (kind == CONNECTION)):
+        key, token = flows["flow_id"].iat[i], flows["flow_id"].iat[i].removeprefix("mptcp:")
+        parts = [by_name[n].dsn[by_name[n].dsn["token"].to_numpy() == token]
+                 for n in conn_at.get(key, []) if n in by_name]
+        d = pd.concat(parts, ignore_index=True).sort_values("ts", kind="stable") if parts \
+            else None
+        if d is not None and len(d):
+            new = first_seen_bytes(np.zeros(len(d), np.int64), d["dsn"].to_numpy(),
+                                   d["end"].to_numpy())
+            got[i] = float(new[d["ts"].to_numpy() < stop[i] * 1e9].sum())
+    span = stop - start
+    ok = unsized & ~np.isnan(got) & (span > 0)
+    rate = np.where(ok, got * 8 / np.where(span > 0, span, 1.0), np.nan)
+    flows["throughput_bps"] = np.where(ok, rate, flows["throughput_bps"])
+    return flows
 
 
 def headline(flows: pd.DataFrame) -> dict:

@@ -15,7 +15,8 @@
   transfer's own row (``flow`` or ``connection``).
 * ``fct_s`` is cleared (null) on every row of a transfer the flow tool ran without a size
   (until the run's end or for a duration): it would say when the senders were stopped,
-  not when a transfer completed.
+  not when a transfer completed (`unsized_transfers` tells them, with when each sender
+  was stopped; `analysis.bundle` gives them their rate while they sent).
 """
 
 from __future__ import annotations
@@ -88,13 +89,41 @@ def join_workloads(flows: pd.DataFrame, app: pd.DataFrame) -> pd.DataFrame:
                                                np.nan)).astype(float)
     # a transfer the flow tool ran without a size (until the run's end, or for a duration)
     # has no completion time: its fct_s would only say when the senders were stopped
-    no_size = pd.to_numeric(a["size_bytes"], errors="coerce").isna()  # of the recorded
-    unsized = no_size.reindex(idx).astype("boolean").fillna(False).to_numpy(bool)
-    conn_unsized = pd.Series(unsized[in_conn], index=conn_id[in_conn])
-    conn_unsized = conn_unsized[conn_unsized].index.unique()
-    unsized = np.where(in_conn, pd.Series(conn_id).isin(conn_unsized).to_numpy(), unsized)
+    unsized, _duration = unsized_transfers(flows, app)
     flows["fct_s"] = flows["fct_s"].where(~unsized)
     return flows
+
+
+def unsized_transfers(flows: pd.DataFrame, app: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of flows: whether its transfer (the flow, or the connection with all its
+    subflows) is one the flow tool ran without a size, and for how long it was to send
+    (``duration_s`` of its record; NaN: until the run's end, or no record matched).
+
+    flows: rows with kind, parent, flow_id and the 4-tuple; app: samples/flows.jsonl.
+    """
+    n = len(flows)
+    if not len(app) or not n:
+        return np.zeros(n, bool), np.full(n, np.nan)
+    a = app.dropna(subset=["sport", "dport"]).copy()
+    a["sport"], a["dport"] = a["sport"].astype(int), a["dport"].astype(int)
+    a = a.drop_duplicates(KEY).set_index(KEY)
+    idx = pd.MultiIndex.from_frame(flows[KEY].astype({"sport": int, "dport": int}))
+    kind = flows["kind"].to_numpy()
+    in_conn = kind != FLOW
+    conn_id = pd.Series(np.where(kind == CONNECTION, flows["flow_id"], flows["parent"]))
+    no_size = pd.to_numeric(a["size_bytes"], errors="coerce").isna()  # of the recorded
+    unsized = no_size.reindex(idx).astype("boolean").fillna(False).to_numpy(bool)
+    dur = pd.to_numeric(a["duration_s"], errors="coerce") if "duration_s" in a \
+        else pd.Series(np.nan, index=a.index)
+    duration = dur.reindex(idx).to_numpy(float)
+    # a connection's record matches one of its rows: all of them share it
+    c_unsized = pd.Series(unsized[in_conn], index=conn_id[in_conn].to_numpy())
+    c_unsized = c_unsized[c_unsized].index.unique()
+    unsized = np.where(in_conn, conn_id.isin(c_unsized).to_numpy(), unsized)
+    c_dur = pd.Series(duration[in_conn], index=conn_id[in_conn].to_numpy()).dropna()
+    c_dur = c_dur[~c_dur.index.duplicated()]
+    duration = np.where(in_conn, conn_id.map(c_dur).to_numpy(float), duration)
+    return unsized, duration
 
 
 def label_rows(flows: pd.DataFrame, meta: dict, app: pd.DataFrame) -> pd.DataFrame:

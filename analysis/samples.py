@@ -24,6 +24,7 @@ EVENT_COLUMNS = C.pandas_dtypes("events", exclude=("t_rel",))
 APPFLOW_COLUMNS = {"flow_id": "object", "workload": "object", "src": "object", "dst": "object",
                    "src_addr": "object", "dst_addr": "object", "sport": "Int64",
                    "dport": "Int64", "protocol": "object", "size_bytes": "Float64",
+                   "duration_s": "Float64",
                    "bytes": "Float64", "start": "float64", "end": "float64",
                    "fct_s": "Float64", "error": "object"}
 

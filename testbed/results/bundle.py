@@ -71,11 +71,11 @@ _MANIFEST_LINE = re.compile(r"([0-9a-fA-F]{64}) [ *](\S(?:.*\S)?)")
 # up when an older reader would misread the bundle (a file, key or column removed, renamed
 # or changed in meaning or unit); the minor one when something is only added
 FORMAT_VERSION = "1.10"  # 1.1: manifest.sha256; 1.2: coupled_cc, samples/cc-trace-*.jsonl;
-# 1.3: handover, samples/handover-*.jsonl; 1.4: neighbours, handover records' t_seen, una_seen;
-# 1.5: handover records' undone, handover.undone_resent, handover-signal.jsonl's undone lines;
-# 1.6: node (a run made on a Ray cluster); 1.7: handover records' cwnd_redo;
+# 1.3: handover, samples/handover-*.jsonl; 1.4: neighbours, handover t_seen, una_seen; 1.5:
+# handover undone, undone_resent, undone lines; 1.6: node (Ray); 1.7: handover cwnd_redo;
 # 1.8: cwnd's sample_s (and t the middle of the ss run), samplers' sample_s_*; 1.9: fct_s
-# null on every row of a transfer run without a size; 1.10: fidelity_raw links' phases
+# null on every row of a transfer run without a size; 1.10: fidelity_raw links' phases,
+# throughput_bps of such a transfer while it sent
 ASSUMED_VERSION = (1, 0)  # a bundle written before format_version existed
 _MAJOR = int(FORMAT_VERSION.split(".")[0])
 

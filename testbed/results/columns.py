@@ -173,7 +173,10 @@ FLOWS = Table("flows", "metrics/flows.parquet",
                   Col("throughput_bps", FLT, "bit/s", "`bytes * 8 / (end - start)`; cut off "
                       "(`fct_s` null, TCP): the data bytes its receiver acknowledged * 8 / "
                       "(the first ACK that high - `start`), as sent bytes that never arrived "
-                      "count for nothing"),
+                      "count for nothing; a transfer run without a size: what its receiver "
+                      "acknowledged while its sender sent (until `t_traffic_end`, or its "
+                      "`duration`) * 8 / that time from `start`; a connection's: the data-level "
+                      "bytes its receiver got, each once (format 1.10; see \"One FCT\")"),
                   Col("data_packets", INT, "packets", "unique data segments (retransmissions "
                       "not counted); data level for a connection"),
                   Col("retransmissions", INT, "packets", "segments sent again, SYN/FIN "

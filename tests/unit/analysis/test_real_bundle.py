@@ -138,3 +138,70 @@ def test_path_of_address_multihomed_and_fat_tree():
                 for i in range(4)}
     assert path_of_address({"interfaces": fat_tree}) == {}
     assert path_of_address({}) == {}
+
+
+def test_a_transfer_without_a_size_gets_its_rate_while_it_sent(tmp_path):
+    """A transfer the flow tool ran until the run's end drains what it queued after its
+    sender is stopped; an MPTCP connection drains slower than it ran (one subflow finishes
+    after the other), so bytes over its whole span read low.  With the run's traffic end
+    recorded, its rows' throughput_bps count what the receiver acknowledged before it, over
+    the time from the first SYN to it, and agree with the receiver's series there."""
+    from realruns import unpacked_copy
+
+    from analysis.bundle import analyze_bundle
+
+    out = unpacked_copy(tmp_path / "runs")
+    whole = {}
+    for run in (MPTCP_RUN, TCP_RUN):
+        analyze_bundle(out / run)
+        whole[run] = pd.read_parquet(out / run / "metrics" / "flows.parquet")
+        meta_path = out / run / "metadata.json"
+        meta = json.loads(meta_path.read_text())
+        meta["t_traffic_end"] = meta["t0"] + 6.0  # as if the run had ended at 6 s
+        meta_path.write_text(json.dumps(meta))
+        analyze_bundle(out / run)
+    for run in (MPTCP_RUN, TCP_RUN):
+        t_end = json.loads((out / run / "metadata.json").read_text())["t_traffic_end"]
+        flows = pd.read_parquet(out / run / "metrics" / "flows.parquet")
+        ts = pd.read_parquet(out / run / "metrics" / "timeseries.parquet")
+        t0 = json.loads((out / run / "metadata.json").read_text())["t0"]
+        for _i, row in flows[flows["kind"] != "subflow"].iterrows():
+            kind = "delivered" if row["kind"] == "flow" else "connection"
+            s = ts[(ts["key"] == row["flow_id"]) & (ts["kind"] == kind)]
+            s = s[s["t_rel"] + s["bin_s"] <= t_end - t0 + 1e-9]
+            series = (s["goodput_bps"].fillna(s["rate_bps"]) * s["bin_s"]).sum() \
+                / (t_end - row["start"])
+            assert row["throughput_bps"] == pytest.approx(series, rel=0.03), row["flow_id"]
+            old = whole[run].set_index("flow_id").loc[row["flow_id"], "throughput_bps"]
+            assert row["throughput_bps"] != old  # the drain no longer counts
+    # the connection counts data-level bytes once; in this run nothing was sent twice, so
+    # its subflows' acknowledged bytes (each over its own time) add up to about as much
+    flows = pd.read_parquet(out / MPTCP_RUN / "metrics" / "flows.parquet")
+    conn = flows[flows["kind"] == "connection"].iloc[0]
+    subs = flows[flows["parent"] == conn["flow_id"]]
+    t_end = json.loads((out / MPTCP_RUN / "metadata.json").read_text())["t_traffic_end"]
+    acked = (subs["throughput_bps"] * (t_end - subs["start"])).sum()
+    assert conn["throughput_bps"] == pytest.approx(acked / (t_end - conn["start"]), rel=0.02)
+    # fct_s stays null on all of them: no completion time
+    assert flows["fct_s"].isna().all()
+
+
+def test_a_transfer_for_a_duration_gets_its_rate_over_that_duration(tmp_path):
+    from realruns import unpacked_copy
+
+    from analysis.bundle import analyze_bundle
+
+    run = unpacked_copy(tmp_path / "runs") / TCP_RUN
+    meta = json.loads((run / "metadata.json").read_text())
+    meta["t_traffic_end"] = meta["t0"] + 8.0
+    (run / "metadata.json").write_text(json.dumps(meta))
+    rec = [json.loads(x) for x in (run / "samples" / "flows.jsonl").read_text().splitlines()]
+    rec[0]["duration_s"] = 3.0
+    (run / "samples" / "flows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rec))
+    analyze_bundle(run)
+    row = pd.read_parquet(run / "metrics" / "flows.parquet").iloc[0]
+    ts = pd.read_parquet(run / "metrics" / "timeseries.parquet")
+    s = ts[(ts["kind"] == "delivered") & (ts["t_rel"] + ts["bin_s"]
+                                          <= row["start"] + 3.0 - meta["t0"] + 1e-9)]
+    assert row["throughput_bps"] == pytest.approx(
+        (s["goodput_bps"] * s["bin_s"]).sum() / 3.0, rel=0.03)
