@@ -11,6 +11,7 @@ the unit of its figure, then one row per run.  What is computed is in
 
 from __future__ import annotations
 
+import html
 import math
 from typing import Any
 
@@ -20,6 +21,14 @@ from analysis import plots, sweep_stats
 from analysis.report_context import ReportContext, figure, html_table
 
 NAME_WIDTH = 60  # a value name in a table cell is cut to this many characters
+
+
+# why a headline metric can have no value in any run of a sweep (testbed.results.columns)
+_WHY_NONE = {"long_throughput_bps_mean": "no flow of 1 MB or more",
+             "short_fct_s_mean": "no flow under 100 KB with a completion time",
+             "fct_s_median": "no flow with a completion time: each ran without a size or "
+                             "was cut off",
+             "ooo_percent": "no data packets captured at both ends"}
 
 
 def _heading(metric: str) -> str:
@@ -102,6 +111,11 @@ def sweep_section(ctx: ReportContext) -> str:
     metrics = [m for m in plots.METRIC_LABELS if m in s and pd.to_numeric(
         s[m], errors="coerce").notna().any()]
     out = ["<h2>Sweep</h2>"]
+    absent = [m for m in plots.METRIC_LABELS if m not in metrics]
+    if absent:  # said, not silently left out (e.g. no flow under 100 KB: no short-flow FCT)
+        out.append("<p>Not drawn, as no run measured them: " + ", ".join(
+            f"{html.escape(_heading(m))} ({html.escape(_WHY_NONE.get(m, 'no value'))})"
+            for m in absent) + ".</p>")
     if "status" in s:
         for _, r in s[s["status"] != "complete"].iterrows():
             ctx.warnings.append(f"run {r.get('run_id', '?')} is {r['status']}")

@@ -101,17 +101,23 @@ def workload_rates(flows: pd.DataFrame, workload: str,
     """Throughput (bit/s) of one workload's flows, summed per run: one value per run.
 
     flows: `top_flows`; workload: its name; run_filter: {"param:key": value} to select
-    runs.  A run's value is its flows' bytes over the span from the first start to the
-    last end.  [] when no run matches.
+    runs.  A run's value is its one flow's ``throughput_bps`` (as `testbed query` reads
+    it: for a transfer cut off or run without a size, what its receiver got, while it
+    sent; docs/bundle.md "One FCT"), or for a workload of several flows in a run their
+    bytes over the span from the first start to the last end.  [] when no run matches.
     """
     if flows.empty or "workload" not in flows:
         return []
     sel = select_runs(flows[flows["workload"] == workload], run_filter)
     if sel is None or sel.empty:
         return []
-    per_run = sel.groupby("run_id").apply(
-        lambda g: (numeric(g["bytes"]).sum() * 8)
-        / max(numeric(g["end"]).max() - numeric(g["start"]).min(), 1e-9), include_groups=False)
+
+    def rate(g: pd.DataFrame) -> float:
+        if len(g) == 1 and "throughput_bps" in g and pd.notna(g["throughput_bps"].iloc[0]):
+            return float(numeric(g["throughput_bps"]).iloc[0])
+        return float(numeric(g["bytes"]).sum() * 8
+                     / max(numeric(g["end"]).max() - numeric(g["start"]).min(), 1e-9))
+    per_run = sel.groupby("run_id").apply(rate, include_groups=False)
     return [float(v) for v in per_run]
 
 

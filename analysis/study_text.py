@@ -48,9 +48,14 @@ def _part(e: Estimate) -> str:
                  INCONCLUSIVE: f"contains {ref}, so our runs cannot tell"}[e.verdict]
         return (f"{e.quantity} is {number(e.value)}, and its 95 % interval "
                 f"[{number(e.low)}, {number(e.high)}] {where} (n = {n})")
-    # relative to the reference; none shown when the reference is 0 (infinite)
-    rel = ("" if e.relative is None or not math.isfinite(e.relative)
-           else f" ({e.relative:+.0%})")
+    # how far from the reference, in words: a level's distance from its line; a difference
+    # "a - b" relative to b's mean (none when that is 0: infinite)
+    rel = ""
+    if e.line is not None and e.line != 0 and math.isfinite(e.value):
+        side = "above" if e.value > e.line else "below"
+        rel = f" ({abs(e.value - e.line) / abs(e.line):.0%} {side} the line {ref})"
+    elif e.line is None and e.relative is not None and math.isfinite(e.relative):
+        rel = f" ({e.relative:+.0%} of the second term's mean)"
     where = {HOLDS: "at least 10 % away, on the claimed side",
              FAILS: "at least 10 % away, on the other side",
              INCONCLUSIVE: "less than 10 % away, too close to tell"}[e.verdict]

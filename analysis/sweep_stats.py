@@ -205,6 +205,9 @@ def sweep_notes(summary: pd.DataFrame, param: str, metric: str, others: Sequence
     if bool(used["cut"].any()):
         notes.append("intervals cut where the metric ends (it cannot be below 0, or a "
                      "share above 100 %)")
+    if metric in ("reorder_ratio_mean", "ooo_percent"):
+        notes.append("an MPTCP connection counts its data arriving out of data-sequence "
+                     "order, as its paths' delays differ: not packets the network reordered")
     _vals, left = metric_values(summary, metric)
     if left.total:
         notes.append(left.text())

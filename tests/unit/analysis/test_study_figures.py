@@ -110,9 +110,16 @@ def test_verdicts_in_words() -> None:
     assert "lies wholly on the claimed side of 0 (n = 3 / 3)." in verdict_sentence(holds)
     one = Claim("Table 2", "below the ideal",
                 [level("utilisation, %", [76.0], 80.0, above=False)])
-    assert verdict_sentence(one) == ("Inconclusive: utilisation, % is 76 (+5%): one run, "
-                                     "so no interval; it is less than 10 % away, too close "
-                                     "to tell of 80 (n = 1).")
+    # the distance from the line says its side in words: "(+5%)" read as 5 % above it
+    assert verdict_sentence(one) == ("Inconclusive: utilisation, % is 76 (5% below the line "
+                                     "80): one run, so no interval; it is less than 10 % "
+                                     "away, too close to tell of 80 (n = 1).")
+    far = Claim("Table 2", "below the ideal",
+                [level("utilisation, %", [30.86], 80.0, above=False)])
+    assert "is 30.86 (61% below the line 80): one run" in verdict_sentence(far)
+    diff = Claim("Fig. 5", "mptcp beats tcp", [difference("mptcp - tcp", [91.2], [52.3])])
+    assert "mptcp - tcp is -38.9 (-43% of the second term's mean): one run" in \
+        verdict_sentence(diff)
     none = Claim("Fig. 5", "keeps delivering", [difference("mptcp - tcp", [], [])])
     assert verdict_sentence(none) == "No data: mptcp - tcp: no runs to measure it."
     assert ratio_text(60.0, 45.0) == "x0.75" and ratio_text(None, 1.0) == "—"

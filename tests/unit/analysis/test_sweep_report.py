@@ -241,3 +241,18 @@ def test_a_sweep_report_reads_the_bundles_not_a_stale_summary(tmp_path: Path):
     warnings = []
     report.write_report(d, out=tmp_path / "r2.html", warnings=warnings)
     assert warnings == []
+
+
+def test_a_metric_no_run_measured_is_named_not_left_out_silently(tmp_path: Path):
+    """P1's short flows are 200 KB: no run had a flow under 100 KB, so the short-flow FCT
+    figure was left out of its sweep report without a word."""
+    from analysis.report_context import ReportContext
+    from analysis.report_sweep import sweep_section
+
+    s = _runs().assign(short_fct_s_mean=np.nan, reorder_ratio_mean=0.01)
+    page = sweep_section(ReportContext(tmp_path, "sweep", tables={"summary": s}))
+    absent = page.split("Not drawn, as no run measured them: ")[1].split("</p>")[0]
+    assert "short-flow FCT (ms) (no flow under 100 KB with a completion time)" in absent
+    assert not absent.startswith("throughput") and ", throughput (" not in absent  # drawn
+    # reordering of an MPTCP connection is its data-level arrival order: said under it
+    assert "not packets the network reordered" in page
