@@ -182,6 +182,7 @@ def load_runs(paths: Sequence[Path], warnings: list[str]) -> pd.DataFrame:
         found = _bundles_of(path)
         warnings += not_bundles(path)  # none for a run's own bundle
         left_out: dict[str, int] = {}
+        first_why: str | None = None  # why the first run left out is, for the message
         for b in found:
             meta, why = b.load_metadata()
             if meta is not None:
@@ -190,6 +191,9 @@ def load_runs(paths: Sequence[Path], warnings: list[str]) -> pd.DataFrame:
             status = b.status() if meta is not None else f"{b.status()} ({why})"
             if status != COMPLETE:
                 left_out[status] = left_out.get(status, 0) + 1
+                if first_why is None:
+                    _s, reason = b.status_and_why()
+                    first_why = f"{b.root.name}: {reason}" if reason else None
                 continue
             if safefiles.file_in(b.root, "metrics/flows.parquet") is None:
                 raise InputError(f"{b.root}: not analysed yet (no metrics/flows.parquet); "
@@ -200,7 +204,8 @@ def load_runs(paths: Sequence[Path], warnings: list[str]) -> pd.DataFrame:
                 f"{n} {s} run(s)" for s, n in sorted(left_out.items())))
         if not any(r["source"] == i for r in rows):
             raise InputError(f"{path}: no complete run to compare ("
-                             + ", ".join(f"{n} {s}" for s, n in left_out.items()) + ")")
+                             + ", ".join(f"{n} {s}" for s, n in left_out.items()) + ")"
+                             + (f"; {first_why}" if first_why else ""))
     return pd.DataFrame(rows)
 
 

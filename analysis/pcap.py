@@ -143,7 +143,10 @@ def iter_records(path: str | os.PathLike, chunk_bytes: int = DEFAULT_CHUNK_BYTES
     p = Path(path)
     state = ReaderState(str(p))
     if not p.is_file():
-        raise CaptureFormatError(f"{p}: no such capture file; check the path")
+        what = ("a folder, not a capture file; give the .pcap files in it" if p.is_dir()
+                else "not a regular file (a FIFO, device or socket), not a capture"
+                if p.exists() else "no such capture file; check the path")
+        raise CaptureFormatError(f"{p}: {what}")
     try:
         fh = open(p, "rb")  # noqa: SIM115 (closed by the with below)
     except OSError as exc:
@@ -261,6 +264,13 @@ def read_packets(path: str | os.PathLike, chunk_bytes: int = DEFAULT_CHUNK_BYTES
         state = ReaderState(str(path))
         with open(path, "rb") as fh:
             open_walker(Path(path), state, fh.read(24))
+    known = [f.linktype for f in state.ifaces if f.linktype in D.SUPPORTED_LINKTYPES]
+    if state.ifaces and not known:
+        kinds = ", ".join(sorted({str(f.linktype) for f in state.ifaces}))
+        raise CaptureFormatError(
+            f"{path}: link type {kinds} is none the analysis decodes (it reads "
+            f"{', '.join(sorted(set(D.SUPPORTED_LINKTYPES.values())))}); capture on an "
+            "Ethernet or IP interface, e.g. tcpdump -i <interface> -w FILE")
     side_out = {name: {c.name: np.concatenate([p[c.name] for p in ps]).astype(c.dtype)
                        for c in T.SIDE_COLUMNS[name]}
                 for name, ps in side_parts.items() if ps}

@@ -139,7 +139,9 @@ def load(*folders: str | Path) -> Results:
 def _output_folders(path: Path) -> list[Path | Bundle]:
     """The folders holding bundles (or the bundle) that path stands for."""
     if not path.is_dir():
-        raise InputError(f"{path}: no such results folder")
+        raise InputError(f"{path}: " + ("a file, not a results folder; give the folder that "
+                                       "holds the run folders" if path.exists()
+                                       else "no such results folder"))
     if safefiles.check(path, path / "metadata.json") in (None, safefiles.SYMLINK):
         return [Bundle(path)]
     if bundles(path):

@@ -52,6 +52,9 @@ def typed(name: str, data: pa.Table) -> tuple[pa.Table, list[str]]:
         want = arrow_type(dtype)
         if field.type == want:
             continue
+        if data.column(i).null_count == data.num_rows:  # nothing in it (an empty table)
+            data = data.set_column(i, pa.field(field.name, want), pa.nulls(data.num_rows, want))
+            continue
         if pa.types.is_null(field.type) or (dtype == STR and pa.types.is_string(
                 field.type)) or _castable(field.type, dtype):
             try:

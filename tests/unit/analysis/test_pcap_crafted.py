@@ -316,3 +316,38 @@ def test_cli_crafted_capture_and_series_limit_are_one_line_exit_2(tmp_path):
                    + _epb(ip, (1_600_000_000 + 10**8) * 10**6), "years.pcapng")
     r = CliRunner().invoke(app, ["analyze", str(years), "--bin", "0.001"])
     assert r.exit_code == 2 and "limit 1000000 bins" in r.output, r.output
+
+
+def test_a_link_type_the_analysis_cannot_decode_is_one_line(tmp_path):
+    """A capture of link type 147 (or any the decoder does not know) gave 0 flows and no
+    word; it is now refused, naming the type and what is read."""
+    p = tmp_path / "lt147.pcap"
+    p.write_bytes(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 147)
+                  + struct.pack("<IIII", 1, 0, 4, 4) + b"abcd")
+    with pytest.raises(CaptureFormatError, match="link type 147 is none the analysis "
+                                                 r"decodes .*Ethernet"):
+        read_packets(p)
+    header_only = tmp_path / "lt147-empty.pcap"
+    header_only.write_bytes(p.read_bytes()[:24])
+    with pytest.raises(CaptureFormatError, match="link type 147"):
+        read_packets(header_only)
+
+
+def test_an_empty_capture_writes_tables_of_the_declared_types(tmp_path):
+    """A header-only capture (a switch port nothing crossed) wrote every string and bool
+    column of its tables as double, with a warning per column."""
+    import pyarrow.parquet as pq
+    from typer.testing import CliRunner
+
+    from testbed.cli.app import app
+    from testbed.results.columns import table
+    from testbed.results.typed import arrow_type
+
+    p = tmp_path / "empty.pcap"
+    p.write_bytes(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
+    res = CliRunner().invoke(app, ["analyze", str(p), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0 and "warning" not in res.output, res.output
+    schema = pq.read_schema(tmp_path / "o" / "flows.parquet")
+    declared = {c.name: arrow_type(c.dtype) for c in table("flows").columns}
+    assert {f.name: f.type for f in schema if f.name in declared} == \
+        {k: v for k, v in declared.items() if k in schema.names}

@@ -397,3 +397,25 @@ def test_report_on_a_file_or_a_study_folder_says_what_it_is(tmp_path):
     with pytest.raises(InputError, match=r"it is a study's output: report one spec's folder, "
                                          r"e\.g\. .*spec"):
         report.write_report(study)
+
+
+def test_what_is_wrong_is_named(tmp_path):
+    """A folder or FIFO given as a capture, a file given as a results folder and a folder
+    whose one run lost a table were answered "no such capture file", "no such results
+    folder" and "no complete run to compare (1 broken)" without the reason."""
+    from analysis.compare import load_runs
+    from testbed import api
+
+    os.mkfifo(tmp_path / "f.pcap")
+    for p, why in ((tmp_path, "a folder, not a capture file"),
+                   (tmp_path / "f.pcap", "not a regular file")):
+        res = CliRunner().invoke(app, ["analyze", str(p)])
+        assert res.exit_code == 2 and why in res.output, res.output
+    (tmp_path / "x").write_text("x")
+    with pytest.raises(InputError, match="a file, not a results folder"):
+        api.load(tmp_path / "x")
+    b = _complete_bundle(tmp_path / "one", "r1", 5)
+    (b.root / "metrics" / "ping.parquet").unlink()
+    with pytest.raises(InputError, match=r"no complete run to compare \(1 broken\); r1: "
+                                         r"metrics/ping\.parquet is missing"):
+        load_runs([tmp_path / "one"], [])
