@@ -164,7 +164,7 @@ def test_zero_length_records_end(tmp_path):
 def test_unreadable_file(tmp_path):
     d = tmp_path / "dir.pcap"
     d.mkdir()
-    _fails(d, "no such capture file")
+    _fails(d, "a folder, not a capture file")
 
 
 # -- property-based: mutated captures ------------------------------------------------------
