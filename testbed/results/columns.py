@@ -166,17 +166,15 @@ FLOWS = Table("flows", "metrics/flows.parquet",
                       "else last packet, at `capture`"),
                   Col("fct_s", FLT, "s", "the FCT: `end - start`, first SYN to the first "
                       "ACK covering the last data byte, at the data sender's capture; null "
-                      "for UDP, for a TCP flow or subflow *cut off*: ACKs of its data "
-                      "were captured, none covering its last data byte, and on every row of "
-                      "a transfer the flow tool ran without a size (format 1.9; see \"One "
-                      "FCT\")"),
+                      "for UDP, for a TCP flow or subflow *cut off*: ACKs of its data were "
+                      "captured, none covering its last data byte, and on every row of a "
+                      "transfer the flow tool ran without a size (format 1.9; \"One FCT\")"),
                   Col("throughput_bps", FLT, "bit/s", "`bytes * 8 / (end - start)`; cut off "
-                      "(`fct_s` null, TCP): the data bytes its receiver acknowledged * 8 / "
-                      "(the first ACK that high - `start`), as sent bytes that never arrived "
-                      "count for nothing; a transfer run without a size: what its receiver "
-                      "acknowledged while its sender sent (until `t_traffic_end`, or its "
-                      "`duration`) * 8 / that time from `start`; a connection's: the data-level "
-                      "bytes its receiver got, each once (format 1.10; see \"One FCT\")"),
+                      "(`fct_s` null, TCP): data bytes its receiver acknowledged * 8 / (first "
+                      "ACK that high - `start`); a transfer run without a size: what its "
+                      "receiver got while the sender sent (to `t_traffic_end` or its `duration`) "
+                      "* 8 / that time, a connection's at the data level (format 1.10; \"One "
+                      "FCT\")"),
                   Col("data_packets", INT, "packets", "unique data segments (retransmissions "
                       "not counted); data level for a connection"),
                   Col("retransmissions", INT, "packets", "segments sent again, SYN/FIN "
@@ -337,13 +335,12 @@ RUNS = Table("runs", "summary.parquet", "one per bundle of DIR (the view is rebu
                  Col("fidelity_reasons", STR, "", "every check that was not ok, `; `-joined "
                      "(`warn: ...`, `fail: ...`); null when ok"),
                  Col("fidelity_rate_ratio_min", FLT, "fraction", "lowest peak 1-s rate / "
-                     "configured rate over link directions whose queue overflowed; for a "
-                     "link a schedule changes, its best phase against the rate then in "
-                     "force (format 1.10)", range=(0.0, None)),
-                 Col("fidelity_rate_over_max", FLT, "fraction", "highest peak 1-s rate / "
-                     "(rate in force + token bucket per second) over link directions and "
-                     "the phases of their schedule (0 while down); above 1: a link carried "
-                     "more than it was shaped to (format 1.10)", range=(0.0, None)),
+                     "configured rate over link directions whose queue overflowed (scheduled: "
+                     "the best phase, against its rate; format 1.10)", range=(0.0, None)),
+                 Col("fidelity_rate_over_max", FLT, "fraction", "highest peak 1-s rate / (rate "
+                     "in force + token bucket per s) over link directions and schedule phases "
+                     "(0 while down); above 1: carried more than shaped to (format 1.10)",
+                     range=(0.0, None)),
                  Col("fidelity_rtt_excess_ms_max", FLT, "ms", "largest (lowest ping RTT - "
                      "configured RTT) over ping workloads; negative: faster than "
                      "configured", range=ANY),
