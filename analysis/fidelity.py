@@ -51,7 +51,6 @@ THRESHOLDS: dict[str, tuple[float, float]] = {
 }
 RTT_TOL_PCT, RTT_TOL_MS = 5.0, 2.0
 MIN_OOO_SEGMENTS = 100
-MIN_BURST_BYTES = BURST_MIN_BYTES  # a link's token bucket when its record has none
 REORDERING_POLICIES = {"spray"}   # forwarding that reorders on purpose
 
 
@@ -129,7 +128,8 @@ def check_links(v: _Verdict, raw: Mapping[str, Any], scheduled: set[str] | None 
             if bw is None or peak is None:  # no rate limit, or too short to measure
                 continue
             up = ph.get("up", True) is not False
-            burst = _num(ph.get("burst_bytes")) or MIN_BURST_BYTES
+            # a record without its token bucket: one frame, the least a link has
+            burst = _num(ph.get("burst_bytes")) or BURST_MIN_BYTES
             allowed = (bw if up else 0.0) + 8 * burst / window
             over.append(peak / allowed)
             level = _grade(peak / allowed, "rate_over")

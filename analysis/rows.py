@@ -56,6 +56,14 @@ def row_paths(flows: pd.DataFrame, meta: dict) -> np.ndarray:
     return path.astype(object).where(path.notna(), None).to_numpy()
 
 
+def _records(flows: pd.DataFrame, app: pd.DataFrame) -> tuple[pd.DataFrame, pd.MultiIndex]:
+    """The flow tool's records indexed by 4-tuple, and each row of flows' 4-tuple."""
+    a = app.dropna(subset=["sport", "dport"]).copy()
+    a["sport"], a["dport"] = a["sport"].astype(int), a["dport"].astype(int)
+    a = a.drop_duplicates(KEY).set_index(KEY)
+    return a, pd.MultiIndex.from_frame(flows[KEY].astype({"sport": int, "dport": int}))
+
+
 def join_workloads(flows: pd.DataFrame, app: pd.DataFrame) -> pd.DataFrame:
     """flows with ``workload`` and ``app_elapsed_s`` from the flow tool's records.
 
@@ -65,10 +73,7 @@ def join_workloads(flows: pd.DataFrame, app: pd.DataFrame) -> pd.DataFrame:
     flows = flows.assign(workload=None, app_elapsed_s=np.nan)
     if not len(app) or not len(flows):
         return flows
-    a = app.dropna(subset=["sport", "dport"]).copy()
-    a["sport"], a["dport"] = a["sport"].astype(int), a["dport"].astype(int)
-    a = a.drop_duplicates(KEY).set_index(KEY)
-    idx = pd.MultiIndex.from_frame(flows[KEY].astype({"sport": int, "dport": int}))
+    a, idx = _records(flows, app)
     matched = a["workload"].reindex(idx).to_numpy()
     elapsed = pd.to_numeric(a["fct_s"].reindex(idx), errors="coerce").to_numpy()
     # a connection: the workload any of its rows matched, for all of them
@@ -104,10 +109,7 @@ def unsized_transfers(flows: pd.DataFrame, app: pd.DataFrame) -> tuple[np.ndarra
     n = len(flows)
     if not len(app) or not n:
         return np.zeros(n, bool), np.full(n, np.nan)
-    a = app.dropna(subset=["sport", "dport"]).copy()
-    a["sport"], a["dport"] = a["sport"].astype(int), a["dport"].astype(int)
-    a = a.drop_duplicates(KEY).set_index(KEY)
-    idx = pd.MultiIndex.from_frame(flows[KEY].astype({"sport": int, "dport": int}))
+    a, idx = _records(flows, app)
     kind = flows["kind"].to_numpy()
     in_conn = kind != FLOW
     conn_id = pd.Series(np.where(kind == CONNECTION, flows["flow_id"], flows["parent"]))
