@@ -280,8 +280,16 @@ class CaptureSet:
 
     def start(self, timeout: float = READY_TIMEOUT_S) -> None:
         """Start every capture and return once all are listening."""
+        self.spawn()
+        self.wait_ready(timeout)
+
+    def spawn(self) -> None:
+        """Start every capture without waiting (then `wait_ready`)."""
         for c in self.captures:
             c.spawn()
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
+        """Return once every spawned capture is listening (at once in a dry run)."""
         if not recording(self.runner):
             _wait_ready(self.captures, timeout)
 

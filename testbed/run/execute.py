@@ -23,6 +23,7 @@ only carries it out.  ``testbed run --dry-run`` lists the commands (`testbed.run
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -264,10 +265,18 @@ def _run_network(plan: NetworkPlan, bundle: Bundle, meta: dict[str, Any],
     keeper = keeper or NetworkKeeper(keep=False)
     net, meta["network"] = keeper.acquire(exp, topo, plan.run_id, runner, controller, workdir)
     ok = False
+    flow_run: FlowRun | None = None
     try:
         meta["interfaces"] = net.interface_map()
         meta["links"] = net.describe()
         peer_mh = bool(getattr(topo, "server_multihomed", False))
+        # the flow tools first, without waiting: Python takes seconds to start under
+        # emulation, which the steps below overlap; a server opens its socket at
+        # `listen`, once its host is configured, and a client waits for `release`
+        if flows:
+            flow_run = FlowRun(runner, {h: net.host(h) for h in hosts}, flows,
+                               bundle.samples_dir, bundle.logs_dir)
+            flow_run.spawn(listen_later=True)
 
         def configure(h: str) -> dict[str, Any]:
             host = net.host(h)
@@ -276,6 +285,8 @@ def _run_network(plan: NetworkPlan, bundle: Bundle, meta: dict[str, Any],
 
         # each host is its own namespace: a few at a time (a fat-tree has 16)
         meta["transport"] = dict(zip(hosts, in_parallel(configure, hosts), strict=True))
+        if flow_run is not None:
+            flow_run.listen()
         # routers lose the carrier of a link taken down as the hosts do: they keep or
         # forget their neighbours as the hosts do (else the first packet after an
         # outage waits for the router's ARP, a round trip of the new path)
@@ -287,8 +298,6 @@ def _run_network(plan: NetworkPlan, bundle: Bundle, meta: dict[str, Any],
         for h, intf in plan.captures:
             captures.add(net.host(h), intf)
         samplers: list[Sampler] = []
-        flow_run = FlowRun(runner, {h: net.host(h) for h in hosts}, flows,
-                           bundle.samples_dir, bundle.logs_dir) if flows else None
         ping_runs: list[tuple[float, PingRun]] = []
         handover = _handover_notifier(plan, net, runner, bundle)
         monitor: Monitor | None = None
@@ -296,11 +305,7 @@ def _run_network(plan: NetworkPlan, bundle: Bundle, meta: dict[str, Any],
         drops_before: dict[str, int] | None = None
         traffic_over = False
         try:
-            # the flow tools first, without waiting: Python takes seconds to start under
-            # emulation, which the steps below overlap; a client waits for `release`
-            if flow_run is not None:
-                flow_run.spawn()
-            captures.start()
+            captures.spawn()  # tcpdump starts while the samplers and counters do
             if exp.sampler.enabled:
                 for h in exp.sampler.hosts or flow_sender_hosts(flows):
                     s = Sampler(runner, net.host(h), bundle.samples_dir,
@@ -310,6 +315,7 @@ def _run_network(plan: NetworkPlan, bundle: Bundle, meta: dict[str, Any],
             net.prepare_schedule(plan.events)  # slow under emulation: before t0 is fixed
             lost_before = dp_lost(runner, net)  # no packets from here to t0
             drops_before = qdisc_drops(runner)
+            captures.wait_ready()
             if flow_run is not None:
                 flow_run.wait_ready()     # servers listening, clients waiting for t0
             if not recording(runner):
@@ -389,6 +395,9 @@ def _run_network(plan: NetworkPlan, bundle: Bundle, meta: dict[str, Any],
             meta["controller"] = {"kind": exp.controller_kind(), **controller.describe()}
         ok = True
     finally:
+        if not ok and flow_run is not None and not flow_run.stopped:
+            with contextlib.suppress(Exception):  # set-up failed: the reason is raised
+                flow_run.stop()
         meta["network_cleanup"] = keeper.release(net, ok)
 
 

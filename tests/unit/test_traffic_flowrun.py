@@ -4,6 +4,7 @@ real flow-tool server, sink and client processes run in this namespace."""
 from __future__ import annotations
 
 import json
+import signal
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,3 +83,49 @@ def test_spawned_clients_wait_for_release(tmp_path: Path) -> None:
     (rec,) = fr.collect()
     assert rec["error"] is None and rec["bytes_received"] == 20_000
     assert not runner.running()
+
+
+def test_servers_spawned_to_listen_later_open_no_socket_before_listen(tmp_path: Path
+                                                                       ) -> None:
+    """With ``listen_later`` a server starts but opens no socket until `listen` (a run
+    starts the flow tools before it configures the hosts, whose settings a listening
+    socket takes when it is opened); a server stopped before `listen` exits cleanly."""
+    runner = LocalRunner()
+    base = free_port_base()
+    flows = resolve_flows(patterns.one_to_one("one", "a", "b", size=20_000)
+                          + patterns.cbr("cbr", "a", "b", 100_000, packet_size=200,
+                                         duration=0.2), {"b": "127.0.0.1"})
+    fr = FlowRun(runner, {n: Host(n) for n in "ab"}, flows, tmp_path / "samples",
+                 tmp_path / "logs", base_port=base)
+    try:
+        fr.spawn(listen_later=True)
+        # both Python processes are up (the client says ready) and still the server
+        # listens nowhere: a connection to its port is refused
+        from testbed.host.traffic.flows import _wait_for_lines
+        _wait_for_lines([(p, tmp_path / "logs" / f"flowtool-client-{s}.out")
+                         for s, p in fr._clients.items()], '"ready"', 60)
+        port = fr.servers[("b", "tcp")]
+        out = tmp_path / "logs" / f"flowtool-server-b-{port}.out"
+        assert not (out.exists() and out.read_text())
+        with socket.socket() as s:
+            assert s.connect_ex(("127.0.0.1", port)) != 0
+        fr.listen()
+        fr.wait_ready()
+        assert '"listening"' in out.read_text()
+        fr.release()
+        assert fr.wait(timeout=30)
+    finally:
+        fr.stop()
+    recs = {r["flow_id"]: r for r in fr.collect()}
+    assert recs["one-0"]["error"] is None and recs["one-0"]["bytes_received"] == 20_000
+    assert recs["cbr-0"]["error"] is None and recs["cbr-0"]["packets"] > 0
+    assert not runner.running()
+
+    never = FlowRun(runner, {n: Host(n) for n in "ab"}, flows, tmp_path / "s2",
+                    tmp_path / "l2", base_port=base + 10)
+    never.spawn(listen_later=True)
+    never.stop()
+    assert never.stopped and not runner.running()
+    # 0: it stopped waiting for `listen`; -SIGTERM: it was stopped before Python had set
+    # up its signal handlers; never -SIGKILL (it did not hang)
+    assert {p.popen.returncode for p, _out in never._servers} <= {0, -signal.SIGTERM}

@@ -8,7 +8,9 @@ A run hands all its `FlowSpec` s (from `testbed.plan.patterns`, addresses filled
     fr = FlowRun(runner, hosts={"client": c, "server": s}, flows=flows,
                  samples_dir=run / "samples", logs_dir=run / "logs")
     fr.launch()               # servers/sinks and clients started, then waited for
-                              # (or fr.spawn(), other set-up, fr.wait_ready())
+                              # (or fr.spawn(), other set-up, fr.wait_ready(); or
+                              # fr.spawn(listen_later=True) before the hosts are
+                              # configured, then fr.listen(), fr.wait_ready())
     fr.release(t0)            # ... which start their flows at t0 + start (start = both)
     fr.wait(timeout=60)       # True when every client has finished
     fr.stop()                 # SIGTERM: unfinished flows are recorded as interrupted
@@ -62,12 +64,16 @@ def flowtool_argv(*args: str, python: str | None = None) -> list[str]:
     return [python or sys.executable, "-S", "-c", FLOWTOOL_MAIN, *args]
 
 
-def server_argv(port: int, protocol: str, log: Path, python: str | None = None) -> list[str]:
-    """The flow-tool server (tcp/mptcp) or UDP sink (udp) listening on port."""
+def server_argv(port: int, protocol: str, log: Path, python: str | None = None,
+                listen_file: Path | None = None) -> list[str]:
+    """The flow-tool server (tcp/mptcp) or UDP sink (udp) listening on port (once
+    listen_file exists, if given)."""
+    later = ["--listen-file", str(listen_file)] if listen_file is not None else []
     if protocol == "udp":
-        return flowtool_argv("sink", "--port", str(port), "--log", str(log), python=python)
+        return flowtool_argv("sink", "--port", str(port), "--log", str(log), *later,
+                             python=python)
     return flowtool_argv("server", "--port", str(port), "--protocol", protocol, "--log",
-                         str(log), python=python)
+                         str(log), *later, python=python)
 
 
 def client_argv(flows_file: Path, out: Path, go_file: Path, python: str | None = None
@@ -155,6 +161,7 @@ class FlowRun:
         self._clients: dict[str, Process] = {}
         self._go_dir: Path | None = None
         self.go_file: Path | None = None
+        self.stopped = False  # `stop` was called
         self.t0: float | None = None
 
     def _src_hosts(self) -> list[str]:
@@ -171,26 +178,33 @@ class FlowRun:
         self.spawn()
         self.wait_ready(ready_timeout)
 
-    def spawn(self) -> None:
+    def spawn(self, listen_later: bool = False) -> None:
         """Start servers/sinks and clients without waiting for them: a caller can do other
         set-up while Python starts (seconds under software emulation), then `wait_ready`.
         A client does nothing on the network before `release`.
 
+        listen_later: the servers and sinks open their sockets only at `listen` (a
+        listening socket takes its host's settings when it is opened), so they can be
+        started before the hosts are configured.
+
         The go-file that releases them lives in a private folder of the local file system
         (not the bundle, which may sit on a VM's 9p share: each client polls it every
-        10 ms)."""
+        10 ms), and so does the listen-file."""
         self.samples_dir.mkdir(parents=True, exist_ok=True)
         self.logs_dir.mkdir(parents=True, exist_ok=True)
+        self._go_dir = Path(tempfile.mkdtemp(prefix="testbed-go-"))  # 0700, root's
+        self.go_file = self._go_dir / "go"
+        if not listen_later:
+            self.listen()
         for (host, proto), port in self.servers.items():
             role = "sink" if proto == "udp" else "server"
             stem = f"flowtool-{role}-{host}-{port}"
             out = self.logs_dir / f"{stem}.out"
-            argv = server_argv(port, proto, self.logs_dir / f"{stem}.jsonl", self.python)
+            argv = server_argv(port, proto, self.logs_dir / f"{stem}.jsonl", self.python,
+                               listen_file=self._go_dir / "listen")
             proc = self.runner.spawn(argv, host=self.hosts[host], stdout=out,
                                      log=self.logs_dir / f"{stem}.log", env=self.env)
             self._servers.append((proc, out))
-        self._go_dir = Path(tempfile.mkdtemp(prefix="testbed-go-"))  # 0700, root's
-        self.go_file = self._go_dir / "go"
         for src in self._src_hosts():
             mine = [f for f in self.flows if f.src == src]
             spec = self.logs_dir / f"flows-{src}.json"
@@ -200,6 +214,12 @@ class FlowRun:
             self._clients[src] = self.runner.spawn(
                 client_argv(spec, out, self.go_file, self.python), host=self.hosts[src],
                 stdout=ready, log=self.logs_dir / f"flowtool-client-{src}.log", env=self.env)
+
+    def listen(self) -> None:
+        """Let the spawned servers and sinks open their sockets (`spawn`)."""
+        if self._go_dir is None:
+            raise RuntimeError("FlowRun.listen before spawn")
+        atomic_write_text(self._go_dir / "listen", "")
 
     def wait_ready(self, ready_timeout: float = READY_TIMEOUT_S) -> None:
         """Wait until every spawned server/sink listens and every client is ready
@@ -237,6 +257,7 @@ class FlowRun:
         """Stop clients (they record unfinished flows as interrupted), then servers; each
         group all at once (a Python process takes a second or two to exit under software
         emulation, and a fat-tree run has ~30 of them)."""
+        self.stopped = True
         clients = list(self._clients.values())
         in_parallel(lambda p: p.stop(timeout=STOP_TIMEOUT_S), clients, workers=len(clients))
         servers = [proc for proc, _out in self._servers]

@@ -18,9 +18,13 @@ What each emits:
   t_first, t_eof, error`` (and ``mptcp_token``/``mptcp_subflows``/``mptcp_fallback`` for
   MPTCP).  After the client's EOF it sends the byte count (8 bytes, network order)
   and closes, which is how the client learns ``bytes_received`` and its end time.
-* ``sink``: prints the same ``listening`` line; at exit (SIGTERM/SIGINT) one line per
-  UDP source: ``peer_addr, peer_port, bytes, packets, lost, t_first, t_last,
-  owd_ms_mean`` (one-way delay: hosts share one clock in Mininet).
+  With ``--listen-file F`` it waits until F exists before it opens its socket: a driver
+  starts the server while it still configures the host (Python starts slowly in an
+  emulated VM), and a listening socket takes the host's settings (MPTCP enabled, the
+  default congestion control) when it is opened.
+* ``sink``: prints the same ``listening`` line (``--listen-file`` as for the server); at
+  exit (SIGTERM/SIGINT) one line per UDP source: ``peer_addr, peer_port, bytes, packets,
+  lost, t_first, t_last, owd_ms_mean`` (one-way delay: hosts share one clock in Mininet).
 * ``client``: with ``--go-file F`` it prints ``{"event": "ready"}`` and waits for F
   (which holds t0); then one record per flow (see `testbed.plan.flowspec`) appended to
   ``--out`` as each flow ends; on SIGTERM/SIGINT unfinished flows are written with
@@ -75,6 +79,15 @@ def wait_for_go(path: Path, stop: threading.Event, ready: IO[str] = sys.stdout
     return None
 
 
+def wait_for_file(path: Path, stop: threading.Event) -> bool:
+    """Wait until path exists (polled every 10 ms); False if stopped before."""
+    while not stop.is_set():
+        if path.exists():
+            return True
+        stop.wait(0.01)
+    return False
+
+
 def _stop_on_signals(stop: threading.Event) -> dict[int, Any]:
     """SIGTERM/SIGINT set stop; returns the previous handlers."""
     def handler(_signum: int, _frame: Any) -> None:
@@ -94,6 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "server":
             sp.add_argument("--protocol", choices=("tcp", "mptcp"), default="tcp")
         sp.add_argument("--log", default=None, help="JSON lines per connection/source")
+        sp.add_argument("--listen-file", default=None,
+                        help="open the socket only once this file exists")
     c = sub.add_parser("client", help="run flows (a --flows file or one flow from options)")
     c.add_argument("--flows", help="JSON list of flows (testbed.plan.flowspec.dump_flows)")
     c.add_argument("--t0", type=float, default=None, help="time origin (epoch s; default now)")
@@ -142,6 +157,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(a: argparse.Namespace, stop: threading.Event) -> int:
     if a.cmd in ("server", "sink"):
+        if a.listen_file and not wait_for_file(Path(a.listen_file), stop):
+            return 0  # stopped before it was told to listen: nothing to record
         log = JsonLines(a.log)
         try:
             if a.cmd == "server":
