@@ -3,9 +3,11 @@
 A study (``experiments/<study>/study.py``, found by `analysis.study_registry`) fills a
 `StudyResult` with `Comparison` rows (the paper's number next to ours) and `Claim` s (the
 paper's qualitative finding, the evidence our runs give for it -- `analysis.evidence`
-estimates with their repetitions and 95 % intervals -- and the measured values).  A
-claim's verdict (holds, does not hold, inconclusive, no data) is derived from its evidence
-and never bent: when our runs do not show it, or cannot tell, the verdict says so.
+estimates with their repetitions and 95 % intervals -- the measured values, and the spec
+folders it is read from, whose runs' fidelity `analysis.claim_runs` shows next to the
+verdict).  A claim's verdict (holds, does not hold, inconclusive, no data) is derived
+from its evidence and never bent: when our runs do not show it, or cannot tell, the
+verdict says so.
 A study may add `StudyTable` s (a table of the paper laid out as the paper does).
 `load_paper` reads a study folder's ``paper.toml`` (schema: experiments/README.md).
 """
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from analysis.claim_runs import RunsFidelity
 from analysis.evidence import Estimate, combine
 from testbed.core import safefiles
 from testbed.core.compat import tomllib
@@ -44,6 +47,8 @@ class Claim:
     evidence: list[Estimate]
     measured: dict[str, float] = field(default_factory=dict)
     note: str = ""
+    specs: tuple[str, ...] = ()  # the spec folders its evidence is read from
+    runs: RunsFidelity | None = None  # their runs' fidelity (`analysis.claim_runs`)
 
     @property
     def verdict(self) -> str:
@@ -53,7 +58,8 @@ class Claim:
     def record(self) -> dict[str, Any]:
         """The claim as JSON-ready values (claims.json, the reproduction record)."""
         return {"figure": self.figure, "claim": self.text, "verdict": self.verdict,
-                "evidence": [e.record() for e in self.evidence], "measured": self.measured}
+                "evidence": [e.record() for e in self.evidence], "measured": self.measured,
+                "runs": None if self.runs is None else self.runs.record()}
 
 
 @dataclass

@@ -101,7 +101,15 @@ def open_walker(path: Path, state: ReaderState, head: bytes) -> PcapWalker | Pca
         return PcapWalker(state, head)
     if len(head) >= 12 and head[:4] == PCAPNG_SHB:
         return PcapngWalker(state, head)
+    packed = next((name for magic, name in COMPRESSED if head.startswith(magic)), None)
+    if packed is not None:  # read as it is: nothing is unpacked because a file says so
+        raise CaptureFormatError(f"{path}: a {packed}-compressed file, not a capture; "
+                                 f"decompress it first and give the .pcap or .pcapng")
     raise format_error(state, 0, "not a pcap or pcapng file (unknown magic number)")
+
+
+COMPRESSED = ((b"\x1f\x8b", "gzip"), (b"\x28\xb5\x2f\xfd", "zstd"),
+              (b"\xfd7zXZ\x00", "xz"), (b"BZh", "bzip2"))
 
 
 Progress = Callable[[str, int, int], None]

@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from analysis.claim_runs import rests_on, study_verdicts
 from analysis.claims import Claim, StudyResult, StudyTable, load_paper, paper_id
 from analysis.evidence import FAILS, HOLDS, INCONCLUSIVE, Estimate
 from analysis.report_fidelity import fidelity_banner
@@ -29,7 +30,6 @@ from analysis.study_text import measured_text, number, ratio_text, verdict_sente
 from testbed.core import safefiles
 from testbed.core.errors import InputError
 from testbed.core.safefiles import atomic_write_text
-from testbed.results.summary import runs_frame
 
 
 def _paper_and_evaluator(study: Path, registry: StudyRegistry
@@ -64,6 +64,9 @@ def evaluate(study: Path, out: Path, registry: StudyRegistry | None = None) -> S
     res = StudyResult(study=sid or study.name, title=(paper.get("paper") or {}).get("title", ""))
     if out.is_dir():
         fn(paper, out, res)
+        verdicts, _skipped = study_verdicts(out)
+        for c in res.claims:
+            c.runs = rests_on(verdicts, c.specs)
     return res
 
 
@@ -112,9 +115,11 @@ border-color:#d90}}.fid-fail{{background:#fde8e8;border-color:#c44}}</style></he
 <p>A claim <b>holds</b> when the 95 % interval of what it rests on lies wholly on its
 side, <b>does not hold</b> when it lies wholly on the other, and is <b>inconclusive</b>
 when it contains 0 (the line) -- or, on one repetition (no interval), when the difference
-is under 10 %.  n: repetitions per side.</p>
+is under 10 %.  n: repetitions per side.  The last column counts the runs of the specs
+a claim is read from by their fidelity verdict: a verdict resting on runs that did not
+keep up says so there (the verdict itself is what the numbers say).</p>
 <table><tr><th>figure</th><th>claim</th><th>verdict</th><th>n</th><th>estimate [95 % CI]
-</th><th>how</th><th>measured</th></tr>{rows}</table>
+</th><th>how</th><th>measured</th><th>runs it rests on (fidelity)</th></tr>{rows}</table>
 <h2>The paper's figures, redrawn from our runs</h2>
 <p>Our runs in colour; the paper's stated values in black dashed lines or crosses,
 labelled "paper".  Where the paper gives only a curve, nothing of it is drawn.</p>
@@ -147,7 +152,18 @@ def _claim_row(c: Claim) -> str:
             f"<td>{'<br>'.join(e(' / '.join(map(str, p.n))) for p in parts)}</td>"
             f"<td>{'<br>'.join(e(_estimate(p)) for p in parts)}</td>"
             f"<td>{'<br>'.join(e(f'{p.method}: {p.verdict}') for p in parts)}</td>"
-            f"<td>{e(measured_text(c.measured))}</td></tr>")
+            f"<td>{e(measured_text(c.measured))}</td>{_runs_cell(c)}</tr>")
+
+
+_RUNS_CLASS = {"ok": "ok", "warn": "warn", "fail": "bad"}
+
+
+def _runs_cell(c: Claim) -> str:
+    """The runs a claim rests on and how many kept up (`analysis.claim_runs`)."""
+    if c.runs is None:
+        return "<td class=na>not known</td>"
+    return (f"<td class={_RUNS_CLASS.get(c.runs.worst, 'na')}>"
+            f"{html.escape(c.runs.text())}</td>")
 
 
 def _study_table(t: StudyTable) -> str:
@@ -161,32 +177,10 @@ def _study_table(t: StudyTable) -> str:
 
 def _fidelity_banner(out: Path) -> str:
     """The fidelity verdicts of every run of the study (each spec folder's bundles)."""
-    verdicts = []
-    skipped: list[str] = []  # a linked spec folder or summary is named, never followed
-    folders = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
-    for name in folders:
-        if safefiles.check(out, out / name, "dir") is not None:
-            continue  # not a spec folder (a file), or a link: study tables skip it too
-        summary = safefiles.file_in(out, f"{name}/summary.parquet", skipped)
-        if summary is None:
-            continue
-        try:  # as the bundles say now, as each spec's report reads them
-            s = runs_frame(out / name)
-        except (OSError, ValueError, InputError):
-            skipped.append(f"skipped {out / name}: its runs cannot be read")
-            continue
-        for _, r in s.iterrows():
-            v = r.get("fidelity")
-            reasons = r.get("fidelity_reasons")
-            verdicts.append((f"{summary.parent.name}/{r.get('run_id')}",
-                             v if isinstance(v, str) else "unknown",
-                             reasons.split("; ") if isinstance(reasons, str) and reasons
-                             else []))
-    linked = [f"{n}: a symbolic link (not followed)" for n in folders
-              if (out / n).is_symlink()]
-    notes = "".join(f"<p class=na>{html.escape(w)}</p>" for w in [*skipped, *(
-        f"skipped {out / x}" for x in linked)])
-    return fidelity_banner(verdicts) + notes
+    verdicts, skipped = study_verdicts(out)
+    notes = "".join(f"<p class=na>{html.escape(w)}</p>" for w in skipped)
+    return fidelity_banner([(f"{spec}/{run}", v, why) for spec, rows in verdicts.items()
+                            for run, v, why in rows]) + notes
 
 
 def write_study_report(study: Path, out: Path, registry: StudyRegistry | None = None) -> Path:

@@ -64,7 +64,8 @@ def evaluate(paper: dict[str, Any], out: Path, res: StudyResult) -> None:
         [difference(f"best MPTCP ({best_mp}) - best TCP ({best_tcp}), Mbit/s",
                     _mbit(flows, best_tcp), _mbit(flows, best_mp))],
         measured({"best_tcp_mbit": best_tcp and rates[best_tcp] and rates[best_tcp] / 1e6,
-                  "best_mptcp_mbit": best_mp and rates[best_mp] and rates[best_mp] / 1e6})))
+                  "best_mptcp_mbit": best_mp and rates[best_mp] and rates[best_mp] / 1e6}),
+        specs=("paths",)))
     fig3 = paper_figure(paper, "fig3_heavy_load")
     window = after_video(out / "heavy_load")
     heavy: dict[str, list[float]] = {}  # workload -> KB/s per run, while the video runs
@@ -81,7 +82,8 @@ def evaluate(paper: dict[str, Any], out: Path, res: StudyResult) -> None:
     res.claims.append(Claim("Fig. 3", "under heavy load MPTCP's file throughput exceeds TCP's",
                             [difference("MPTCP - TCP file throughput while the video runs, "
                                         "KB/s", tcp_h, mp_h)],
-                            measured({"tcp_kBps": _mean(tcp_h), "mptcp_kBps": _mean(mp_h)})))
+                            measured({"tcp_kBps": _mean(tcp_h), "mptcp_kBps": _mean(mp_h)}),
+                            specs=("heavy_load",)))
     sub = top_flows(out / "subflows")
     key = "param:transport.subflows_per_path"
     one = workload_rate(sub, "file", {key: 1})
@@ -94,7 +96,8 @@ def evaluate(paper: dict[str, Any], out: Path, res: StudyResult) -> None:
                             [difference("two - one subflow, KB/s", _kbs(sub, "file", {key: 1}),
                                         _kbs(sub, "file", {key: 2}))],
                             measured({"one_kBps": one and one / KBPS,
-                                      "two_kBps": two and two / KBPS})))
+                                      "two_kBps": two and two / KBPS}),
+                            specs=("subflows",)))
     _outage(out, res)
     _congestion_control(out, res)
 
@@ -116,6 +119,7 @@ def _congestion_control(out: Path, res: StudyResult) -> None:
     disjoint paths it still uses them (``cc_*`` specs, experiments/p0_wifi_3g/cc.py)."""
     loads = {"Fig. 6": ("normal load", file_rates(out, "cc_normal")),
              "Fig. 7": ("heavy load, after the video starts", file_rates(out, "cc_heavy"))}
+    spec_of = {"Fig. 6": "cc_normal", "Fig. 7": "cc_heavy"}
     for fig, (label, rates) in loads.items():
         for cc in ccs_in(rates):
             m = _mean(rates[cc])
@@ -132,7 +136,8 @@ def _congestion_control(out: Path, res: StudyResult) -> None:
         res.claims.append(Claim(fig, text, [difference(
             f"{winner} - best of the others ({other}), Mbit/s", mbit(rates, other),
             mbit(rates, winner))], measured({f"{cc}_mbit": _mean(mbit(rates, cc))
-                                            for cc in ccs_in(rates)})))
+                                            for cc in ccs_in(rates)}),
+            specs=(spec_of[fig],)))
 
     normal, heavy = loads["Fig. 6"][1], loads["Fig. 7"][1]
     if normal:
@@ -155,13 +160,15 @@ def _congestion_control(out: Path, res: StudyResult) -> None:
                 "RFC 6356", f"{cc.upper()}: a 2-subflow MPTCP connection takes at most 58 % "
                 "of a link it shares with one TCP flow", [level(
                     f"{cc} MPTCP share of the link, %", [100 * x for x in shares[cc]], 58.0,
-                    above=False)], measured({"share_pct": 100 * (_mean(shares[cc]) or 0)})))
+                    above=False)], measured({"share_pct": 100 * (_mean(shares[cc]) or 0)}),
+                specs=("cc_fairness",)))
     if "reno" in shares:
         res.claims.append(Claim(
             "RFC 6356", "uncoupled reno subflows: a 2-subflow MPTCP connection takes at "
             "least 62 % of a link it shares with one TCP flow", [level(
                 "reno MPTCP share of the link, %", [100 * x for x in shares["reno"]], 62.0,
-                above=True)], measured({"share_pct": 100 * (_mean(shares["reno"]) or 0)})))
+                above=True)], measured({"share_pct": 100 * (_mean(shares["reno"]) or 0)}),
+            specs=("cc_fairness",)))
     use = disjoint_use(out)
     for cc in ccs_in(use):
         m = _mean(use[cc])
@@ -197,7 +204,7 @@ def _outage(out: Path, res: StudyResult) -> None:
         [difference("MPTCP - TCP delivered during the outage, kbit/s",
                     during.get("tcp", []), during.get("mptcp", []))],
         measured({f"{k}_kbit_s_during_outage": sum(v) / len(v) if v else None
-                  for k, v in during.items()})))
+                  for k, v in during.items()}), specs=("outage",)))
 
 
 def _mean(values: list[float]) -> float | None:

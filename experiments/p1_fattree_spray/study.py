@@ -105,7 +105,8 @@ def _claims(spec_name: str, s: list[dict[str, float]], p: list[dict[str, float]]
         "(within 10 %)",
         [difference("1.1 x single-path - spray short-flow FCT, ms",
                      [r["short_fct_ms"] for r in s], [1.1 * r["short_fct_ms"] for r in p])],
-        measured({"spray_ms": ms["short_fct_ms"], "single_path_ms": mp["short_fct_ms"]})))
+        measured({"spray_ms": ms["short_fct_ms"], "single_path_ms": mp["short_fct_ms"]}),
+        specs=(spec_name,)))
     res.claims.append(Claim(
         spec_name, "spraying delivers some short-flow packets out of order, "
         "single-path forwarding (almost) none: spray's share is at least 10x "
@@ -115,4 +116,4 @@ def _claims(spec_name: str, s: list[dict[str, float]], p: list[dict[str, float]]
          level("single-path out-of-order share, %", [r["short_ooo_pct"] for r in p], 0.1,
                above=False)],
         measured({"spray_ooo_pct": ms["short_ooo_pct"],
-                  "single_path_ooo_pct": mp["short_ooo_pct"]})))
+                  "single_path_ooo_pct": mp["short_ooo_pct"]}), specs=(spec_name,)))

@@ -57,7 +57,7 @@ def evaluate(paper: dict[str, Any], out: Path, res: StudyResult) -> None:
             "ping table", "10 % loss per direction shows as ping loss well above zero",
             [proportion("pings lost, % (line: 5 %)", int(lost.sum()), len(ping),
                         ping["run_id"].nunique(), 5.0, above=True)],
-            measured(stats)))
+            measured(stats), specs=("loss",)))
 
 
 def _ping_stats(ping: pd.DataFrame) -> dict[str, float]:

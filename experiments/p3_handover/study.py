@@ -199,7 +199,8 @@ def _case(spec_dir: Path, spec: dict[str, Any], table: dict[str, Any], res: Stud
                 "below the ideal (< 80 %)",
                 [level("utilisation of the ideal, %", [100 * r / i for r, i in got], 80.0,
                        above=False)],
-                measured({"utilisation_pct": util, "ideal_mbit": ideal / 1e6})))
+                measured({"utilisation_pct": util, "ideal_mbit": ideal / 1e6}),
+                specs=(spec_dir.name,)))
     _scheme_claims(spec_dir.name, paper_vals, utils, res)
 
 
@@ -222,4 +223,5 @@ def _scheme_claims(name: str, paper_vals: dict[str, Any], utils: dict[str, list[
                                     base, ours)],
             measured({"ratio_to_tcp_mm": ratio, "paper_ratio_to_tcp_mm": p_ratio,
                       f"utilisation_pct_{scheme}": sum(ours) / len(ours) if ours else None,
-                      "utilisation_pct_tcp_mm": sum(base) / len(base) if base else None})))
+                      "utilisation_pct_tcp_mm": sum(base) / len(base) if base else None}),
+            specs=(name,)))

@@ -53,4 +53,5 @@ def evaluate(paper: dict[str, Any], out: Path, res: StudyResult) -> None:
                 [difference(f"rmem {large} - 64KiB aggregate / total bandwidth, %",
                             per_run.get("64KiB", []), per_run.get(large or "", []))],
                 measured({"share_64KiB_pct": small,
-                          "share_large_pct": None if large is None else shares[large]})))
+                          "share_large_pct": None if large is None else shares[large]}),
+                specs=(spec_name,)))

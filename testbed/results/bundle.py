@@ -320,8 +320,9 @@ class Bundle:
             return "metadata.json: no list of the run's files (\"files\")"
         lost = [r for r in self.missing(self.required(meta))
                 if skip is None or not r.startswith(skip)]
-        if lost:
-            return f"{lost[0]} is missing"
+        if lost:  # absent, or there as something else (a folder, a FIFO, a link)
+            why = safefiles.check(self.root, self.root / lost[0]) or "missing"
+            return f"{safefiles.linked_part(self.root, self.root / lost[0]) or lost[0]} is {why}"
         for rel, size in files.items():
             if skip is not None and str(rel).startswith(skip):
                 continue

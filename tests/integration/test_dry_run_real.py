@@ -5,7 +5,7 @@ A small multi-path MPTCP run with a bulk transfer, a ping, an ``ss`` sampler, ca
 and a link schedule (a rate change and a link taken down) runs for real; its
 ``transcript.jsonl`` must hold exactly the commands the dry run records for it, each as
 often, with the same namespace, stdin and schedule time.  Process ids (``mnexec -a``),
-the warm-up veth's pid-based name, the flow tool's start-signal file name and the
+the warm-up veth's pid-based name, the flow tool's start- and listen-signal file names and the
 network's tag (`testbed.net.tags`, also in the names of its ``ip netns`` handles, with
 the shells' pids they are made from) are the only things set aside.  The run builds and
 stops its own network (``--fresh-networks``): a network kept for the next run puts
@@ -78,7 +78,7 @@ interval = "500ms"
 
 PID = re.compile(r"^\d+$")
 NAMES = [(re.compile(r"tbw\d+"), "tbwPID"),                       # warm-up veth (pid)
-         (re.compile(r"testbed-go-[^/]+/go"), "testbed-go-ID/go"),  # start-signal file
+         (re.compile(r"testbed-go-[^/]+/(go|listen)"), r"testbed-go-ID/\1"),  # signal files
          (re.compile(r"testbed-net=[0-9a-f]+"), "testbed-net=TAG"),  # each network's tag
          (re.compile(r"(netns attach tb-)[0-9a-f]+(-\w+) \d+"), r"\1TAG\2 PID"),  # handles
          (re.compile(r"tb-[0-9a-f]+-"), "tb-TAG-")]

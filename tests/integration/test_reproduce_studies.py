@@ -144,6 +144,14 @@ def test_quick_study(study: str, studies_out: Path) -> None:
                 line = e.line if e.line is not None else 0.0
                 if e.low <= line <= e.high:
                     assert e.verdict == INCONCLUSIVE, (c.text, e.record())
+    # every claim names the spec folders it is read from, and they hold its runs, each
+    # counted by its fidelity verdict (claims.json, the report's last column)
+    for c in res.claims:
+        assert c.specs and c.runs is not None and not c.runs.absent, (c.text, c.specs)
+        assert c.runs.runs == sum(1 for r in statuses if r.split("/")[0] in c.specs), \
+            (c.text, c.runs.record())
+        assert c.runs.runs >= max((max(e.n) for e in c.evidence if e.n), default=1), \
+            (c.text, c.runs.record())
     if study == "p0_wifi_3g":  # its Fig. 2 and Fig. 4 rest on 3 runs per side
         assert sum(e.low is not None for c in res.claims for e in c.evidence) >= 2, \
             [c.record() for c in res.claims]

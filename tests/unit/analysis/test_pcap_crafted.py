@@ -167,6 +167,17 @@ def test_unreadable_file(tmp_path):
     _fails(d, "a folder, not a capture file")
 
 
+@pytest.mark.parametrize(("head", "kind"), [(b"\x1f\x8b\x08\x00", "gzip"),
+                                           (b"\x28\xb5\x2f\xfd", "zstd"),
+                                           (b"\xfd7zXZ\x00", "xz"), (b"BZh91AY", "bzip2")])
+def test_a_compressed_capture_is_named_as_such(tmp_path, head, kind):
+    """A .pcap.gz (or zstd, xz, bzip2) is not unpacked because its bytes say so: one line
+    names the compression and what to do."""
+    f = tmp_path / "run.pcap.gz"
+    f.write_bytes(head + bytes(60))
+    _fails(f, f"a {kind}-compressed file, not a capture; decompress it first")
+
+
 # -- property-based: mutated captures ------------------------------------------------------
 
 def _crafted_seed() -> bytes:
