@@ -55,8 +55,16 @@ def grade_entry(entry: Entry, assignment: Assignment, limits: Limits = Limits(),
         try:
             found = take_in(entry, Path(tmp) / "in", limits)
         except (InputError, OSError) as exc:
-            return StudentResult(entry.student, error=f"submission refused: {one_line(exc)}")
-        return grade_folder(found, Path(tmp) / "runs", assignment, entry.student, figures)
+            result = StudentResult(entry.student,
+                                   error=f"submission refused: {one_line(exc)}")
+        else:
+            result = grade_folder(found, Path(tmp) / "runs", assignment, entry.student,
+                                  figures)
+        if result.error:  # the private folder is gone: name the submission instead
+            result.error = (result.error.replace(f"{Path(tmp) / 'in'}", entry.path.name)
+                            .replace(f"{Path(tmp) / 'runs'}", f"{entry.path.name} (re-analysed)")
+                            .replace(tmp, entry.path.name))
+        return result
 
 
 def check_out(out: Path, submissions: Path) -> None:

@@ -136,8 +136,9 @@ class _Budget:
     def add_bytes(self, n: int, name: str) -> None:
         self.bytes += n
         if self.bytes > self.limits.max_bytes:
-            raise IntakeError(f"more than {self.limits.max_bytes} bytes once extracted "
-                              f"(at {name}); hand in the result bundles only")
+            mb = self.limits.max_bytes / (1 << 20)
+            raise IntakeError(f"more than {mb:g} MB once extracted (at {name}; the limit is "
+                              "testbed grade --max-mb); hand in the result bundles only")
 
 
 def _mkdir(dest: Path, rel: PurePosixPath) -> None:

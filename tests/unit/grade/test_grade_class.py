@@ -120,6 +120,9 @@ def test_gradebook_points_and_error_rows(graded: tuple) -> None:
     assert "not a readable zip" in errors["gus"][0]
     assert errors["jon"][0].startswith(f"{MPTCP_RUN}: metrics/flows.parquet is not a "
                                        "readable parquet table"), errors["jon"]
+    # the private folder a submission was graded in is gone: a row names the submission
+    assert not [e for es in errors.values() for e in es if "testbed-grade-" in e], errors
+    assert "fay.tar.gz" in errors["fay"][0], errors["fay"]
     for s in ("eve", "fay", "gus", "jon"):  # an error row and a total, no check rows
         assert [r["check"] for r in rows[s] if r["check"] not in ("verification",)] == \
             ["error", "total"]

@@ -206,8 +206,14 @@ def test_a_path_too_deep_is_refused_not_a_recursion_error(tmp_path: Path) -> Non
 
 def test_limits_count_what_is_written(tmp_path: Path) -> None:
     z = _zip(tmp_path / "big.zip", {"a.bin": b"\0" * 5000, "b.bin": b"\0" * 10})
-    with pytest.raises(IntakeError, match="more than 4096 bytes"):
+    # the limit in the unit the option takes (--max-mb), not in bytes
+    with pytest.raises(IntakeError, match=r"more than 0\.00390625 MB once extracted "
+                                          r"\(at a\.bin; the limit is testbed grade --max-mb\)"):
         take_in(Entry("s", z), tmp_path / "o1", Limits(max_bytes=4096))
+    with pytest.raises(IntakeError, match=r"more than 1 MB once extracted"):
+        take_in(Entry("s", _zip(tmp_path / "big2.zip", {"a.bin": b"\0" * (1 << 20),
+                                                        "b.bin": b"\0"})),
+                tmp_path / "o3", Limits(max_bytes=1 << 20))
     with pytest.raises(IntakeError, match="more than 1 files"):
         take_in(Entry("s", z), tmp_path / "o2", Limits(max_files=1))
 
