@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 from testbed.core import safefiles
 from testbed.core.errors import InputError
 from testbed.results.bundle import Bundle, bundles
+from testbed.results.folders import why_no_bundles
 from testbed.results.query import VIEWS
 
 if TYPE_CHECKING:
@@ -150,6 +151,9 @@ def _output_folders(path: Path) -> list[Path | Bundle]:
                    and safefiles.check(path, p, "dir") is None and bundles(p))
     if specs:
         return list(specs)
+    why = why_no_bundles(path)
+    if why is not None:
+        raise InputError(f"{path}: no result bundle read here: {why}")
     raise InputError(f"{path}: no result bundles here (no <run-id>/metadata.json); give "
                      "the --out DIR of `testbed run` or `testbed study`, or one run's folder")
 

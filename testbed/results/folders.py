@@ -47,6 +47,19 @@ def not_bundles(out: Path) -> list[str]:
     return found
 
 
+def why_no_bundles(out: Path) -> str | None:
+    """Why a folder in which no bundle is read holds none after all, when it looks like
+    one or like a folder of them (a metadata.json that is a FIFO, a folder or a link):
+    the first such reason with a count of the others, else None."""
+    own = safefiles.check(out, Path(out) / "metadata.json")
+    if own not in (None, "missing"):
+        return f"{Path(out) / 'metadata.json'} is {own}; not read as a run"
+    found = not_bundles(out)
+    if not found:
+        return None
+    return found[0] + (f" (and {len(found) - 1} more)" if len(found) > 1 else "")
+
+
 def sweep_folders(path: Path) -> list[str]:
     """The names of path's sub-folders that are sweeps (hold a ``summary.parquet``, not
     through a link): a study's output holds one per spec."""

@@ -30,7 +30,7 @@ from testbed.results.bundle import (
     METRIC_TABLES,
     UNREADABLE,
 )
-from testbed.results.folders import bundles_at, not_bundles, sweep_folders
+from testbed.results.folders import bundles_at, not_bundles, sweep_folders, why_no_bundles
 from testbed.results.summary import runs_frame
 from testbed.results.typed import typed, typed_frame, with_declared
 
@@ -161,6 +161,9 @@ def check_readable(out: Path) -> None:
     except PermissionError as exc:
         raise InputError(f"{exc.filename or out}: permission denied") from None
     if not found:
+        why = why_no_bundles(out)
+        if why is not None and not studies:
+            raise InputError(f"{out}: no result bundle read here: {why}")
         hint = (f"it is a study's output: query one spec's folder, e.g. {Path(out) / studies[0]}"
                 if studies else "give the --out DIR of `testbed run`")
         raise InputError(f"{out}: no result bundles here (no <run-id>/metadata.json); {hint}")

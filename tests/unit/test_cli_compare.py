@@ -6,6 +6,7 @@ The comparison itself is tested on real bundles in tests/unit/analysis/test_comp
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -41,8 +42,12 @@ def folders(tmp_path: Path) -> dict[str, Path]:
     (run / "spec.toml").write_text("")
     (run / "transcript.jsonl").write_text("")
     (tmp_path / "a-file").write_text("")
+    fifo = tmp_path / "fifo" / "x-r1"
+    fifo.mkdir(parents=True)
+    os.mkfifo(fifo / "metadata.json")  # never opened: a reader would wait on it
     return {"empty": empty, "newer": newer, "failed": failed, "deferred": deferred,
-            "file": tmp_path / "a-file", "missing": tmp_path / "nowhere"}
+            "file": tmp_path / "a-file", "missing": tmp_path / "nowhere",
+            "fifo-folder": fifo.parent, "fifo-run": fifo}
 
 
 @pytest.mark.parametrize(("which", "message"), [
@@ -52,6 +57,8 @@ def folders(tmp_path: Path) -> dict[str, Path]:
     ("newer", "bundle format 99.0 is newer than this testbed reads (1.x)"),
     ("failed", "failed: no complete run to compare (1 failed, 1 interrupted)"),
     ("deferred", "x-r1: not analysed yet (no metrics/flows.parquet)"),
+    ("fifo-folder", "fifo: no result bundle read here: "),
+    ("fifo-run", "x-r1/metadata.json is not a regular file; not read as a run"),
 ])
 def test_bad_input_is_one_line_and_exit_2(folders, which, message):
     code, err = _invoke([str(folders[which]), str(folders["empty"])])

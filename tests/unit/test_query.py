@@ -59,6 +59,18 @@ def test_a_folder_without_bundles_is_an_error(tmp_path):
         "give the --out DIR of `testbed run`"]
 
 
+def test_a_folder_whose_runs_are_not_read_says_why(tmp_path):
+    import os
+
+    (tmp_path / "x-r1").mkdir()
+    os.mkfifo(tmp_path / "x-r1" / "metadata.json")  # never opened
+    res = CliRunner().invoke(app, ["query", str(tmp_path), "SELECT * FROM flows"])
+    assert res.exit_code == 2
+    assert res.stderr.splitlines() == [
+        f"error: {tmp_path}: no result bundle read here: {tmp_path / 'x-r1'}: metadata.json "
+        "is not a regular file; not read as a run"]
+
+
 def test_a_study_output_is_named_as_such(tmp_path, out):
     import shutil
 
