@@ -82,10 +82,11 @@ class RunsFidelity:
         where = ", ".join(self.specs) or "no spec named"
         if not self.runs:
             return f"no runs of {where}"
+        runs = f"{self.runs} run{'s' if self.runs > 1 else ''} of {where}"
         if self.worst == "ok":
-            return f"{self.runs} runs of {where}: all ok"
+            return f"{runs}: {'all ok' if self.runs > 1 else 'ok'}"
         counts = ", ".join(f"{self.counts[v]} {v}" for v in ORDER if self.counts.get(v))
-        head = f"{self.runs} runs of {where}: {counts}"
+        head = f"{runs}: {counts}"
         if self.worst == "fail":
             head += " -- the verdict rests on runs whose numbers are not to be trusted"
         elif self.worst == "warn":
@@ -110,6 +111,9 @@ def rests_on(verdicts: Verdicts, specs: Sequence[str]) -> RunsFidelity:
             continue
         for run, v, why in rows:
             res.counts[v] = res.counts.get(v, 0) + 1
-            if v != "ok":
-                res.not_ok.append(f"{spec}/{run}: {v}" + (f" ({why[0]})" if why else ""))
+            if v != "ok":  # a reason may already say its level ("warn: ...")
+                first = why[0] if why else ""
+                res.not_ok.append(f"{spec}/{run}: " + (
+                    first if first.startswith(f"{v}:") else
+                    f"{v} ({first})" if first else v))
     return res

@@ -32,7 +32,7 @@ def _study(tmp_path: Path) -> Path:
     _run(out / "paths", "p-r1", "ok")
     _run(out / "paths", "p-r2", "ok")
     _run(out / "loss", "l-r1", "ok")
-    _run(out / "loss", "l-r2", "warn", ["a warm-up ping was lost"])
+    _run(out / "loss", "l-r2", "warn", ["warn: a warm-up ping was lost"])
     _run(out / "loss", "l-r3", "fail", ["the link carried 1.6 x its rate", "second"])
     _run(out / "outage", "o-r1", None)  # made before the checks
     _run(out / "outage", "o-r2", "ok", status="broken")
@@ -50,7 +50,7 @@ def test_counts_per_verdict_and_the_others_named(tmp_path: Path) -> None:
 
     bad = rests_on(verdicts, ["loss"])
     assert bad.counts == {"ok": 1, "warn": 1, "fail": 1} and bad.worst == "fail"
-    assert bad.not_ok == ["loss/l-r2: warn (a warm-up ping was lost)",
+    assert bad.not_ok == ["loss/l-r2: warn: a warm-up ping was lost",
                           "loss/l-r3: fail (the link carried 1.6 x its rate)"]
     assert bad.text().startswith("3 runs of loss: 1 ok, 1 warn, 1 fail -- the verdict rests "
                                  "on runs whose numbers are not to be trusted; loss/l-r2")
@@ -63,6 +63,8 @@ def test_counts_per_verdict_and_the_others_named(tmp_path: Path) -> None:
     assert unknown.counts == {"unknown": 2} and unknown.worst == "unknown"
     assert "the run is broken" in unknown.text()
 
+    one = rests_on({"x": [("x-r1", "ok", [])]}, ["x"])
+    assert one.text() == "1 run of x: ok"
     both = rests_on(verdicts, ["paths", "nothing"])
     assert both.runs == 2 and both.absent == ["nothing"]
     none = rests_on(verdicts, [])
