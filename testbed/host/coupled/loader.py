@@ -100,13 +100,19 @@ def map_ids(runner: CommandRunner, name: str) -> dict[str, int]:
     ids = {m for p in progs if p.get("type") == "struct_ops"
            and str(p.get("name", "")).startswith(f"{name}_"[:15])
            for m in p.get("map_ids", [])}
+    if not ids:
+        return {}
+    # every map in one listing: a program start costs a few tenths of a second under
+    # software emulation, and a control's programs use several maps
+    res = runner.run(["bpftool", "-j", "map", "show"], check=False, record=False)
+    try:
+        maps = json.loads(res.stdout) if res.returncode == 0 else []
+    except ValueError:
+        return {}
     found: dict[str, int] = {}
-    for map_id in sorted(ids):
-        res = runner.run(["bpftool", "-j", "map", "show", "id", str(map_id)], check=False,
-                         record=False)
-        with contextlib.suppress(ValueError, AttributeError):
-            if res.returncode == 0:
-                found[str(json.loads(res.stdout).get("name"))] = map_id
+    for m in sorted((m for m in maps if isinstance(m, dict) and m.get("id") in ids),
+                    key=lambda m: m["id"]):
+        found[str(m.get("name"))] = int(m["id"])
     return found
 
 
