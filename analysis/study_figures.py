@@ -29,6 +29,8 @@ from matplotlib.figure import Figure
 from analysis import plots
 from analysis.evidence import t_quantile
 from analysis.study_tables import numeric
+from testbed.core import safefiles
+from testbed.core.errors import InputError
 from testbed.core.safefiles import atomic_write
 
 FIGURES_DIR = "report-figures"  # in the study output folder, beside report.html
@@ -200,6 +202,10 @@ def cwnd_with_path(cwnd: pd.DataFrame, flows: pd.DataFrame) -> pd.DataFrame:
 def write_figures(figures: Sequence[StudyFigure], out: Path) -> list[tuple[StudyFigure, str]]:
     """Save each figure as out/report-figures/<name>.png; (figure, relative href) each."""
     folder = out / FIGURES_DIR
+    why = safefiles.check(out, folder, "dir")
+    if why not in (None, "missing"):  # a link planted there would take the figures away
+        raise InputError(f"{folder}: {why}; the study report writes its figures only into "
+                         "a folder of its own: remove it and make the report again")
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     for f in figures:

@@ -131,3 +131,25 @@ def test_a_difference_from_zero_shows_no_infinite_share() -> None:
     assert verdict_sentence(claim) == ("Holds: spray - single is 38: one run, so no "
                                        "interval; it is at least 10 % away, on the claimed "
                                        "side of 0 (n = 1 / 1).")
+
+
+def test_a_linked_figures_folder_is_refused_and_nothing_written_through_it(tmp_path):
+    """A study output folder from elsewhere may hold ``report-figures`` as a link: the
+    study report writes nothing through it (one line naming it)."""
+    from analysis.study_figures import FIGURES_DIR, write_figures
+    from testbed.core.errors import InputError
+
+    out, elsewhere = tmp_path / "study-out", tmp_path / "elsewhere"
+    out.mkdir()
+    elsewhere.mkdir()
+    (out / FIGURES_DIR).symlink_to(elsewhere)
+    with pytest.raises(InputError, match=r"report-figures: a symbolic link \(not followed\); "
+                                         r"the study report writes its figures only"):
+        write_figures([], out)
+    assert list(elsewhere.iterdir()) == []
+    (out / FIGURES_DIR).unlink()
+    (out / FIGURES_DIR).write_text("")
+    with pytest.raises(InputError, match="not a directory"):
+        write_figures([], out)
+    (out / FIGURES_DIR).unlink()
+    assert write_figures([], out) == [] and (out / FIGURES_DIR).is_dir()
