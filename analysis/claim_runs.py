@@ -19,6 +19,7 @@ from typing import Any
 
 from testbed.core import safefiles
 from testbed.core.errors import InputError
+from testbed.results.bundle import BROKEN
 from testbed.results.summary import runs_frame
 
 Verdicts = dict[str, list[tuple[str, str, list[str]]]]  # spec -> (run id, verdict, reasons)
@@ -49,7 +50,7 @@ def study_verdicts(out: Path) -> tuple[Verdicts, list[str]]:
         for _, r in s.iterrows():
             v, reasons = r.get("fidelity"), r.get("fidelity_reasons")
             why = reasons.split("; ") if isinstance(reasons, str) and reasons else []
-            if r.get("status") == "broken":
+            if r.get("status") == BROKEN:
                 v, why = "unknown", ["the run is broken (testbed query DIR names why)"]
             rows.append((str(r.get("run_id")), v if v in ORDER else "unknown", why))
         found[name] = rows

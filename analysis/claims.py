@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analysis.claim_runs import RunsFidelity
+from analysis.claim_runs import RunsFidelity, Verdicts
 from analysis.evidence import Estimate, combine
 from testbed.core import safefiles
 from testbed.core.compat import tomllib
@@ -85,6 +85,9 @@ class StudyResult:
     claims: list[Claim] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     tables: list[StudyTable] = field(default_factory=list)
+    # every spec folder's runs with their fidelity, and what was skipped (`study_verdicts`)
+    verdicts: Verdicts = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
 
 
 def load_paper(study: Path) -> dict[str, Any]:

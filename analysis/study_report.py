@@ -64,9 +64,9 @@ def evaluate(study: Path, out: Path, registry: StudyRegistry | None = None) -> S
     res = StudyResult(study=sid or study.name, title=(paper.get("paper") or {}).get("title", ""))
     if out.is_dir():
         fn(paper, out, res)
-        verdicts, _skipped = study_verdicts(out)
+        res.verdicts, res.skipped = study_verdicts(out)  # read once: claims and banner
         for c in res.claims:
-            c.runs = rests_on(verdicts, c.specs)
+            c.runs = rests_on(res.verdicts, c.specs)
     return res
 
 
@@ -94,7 +94,7 @@ def render(res: StudyResult, paper: dict[str, Any], out: Path,
     missing = (f"<p class=bad>No complete runs for: {e(', '.join(res.missing))}</p>"
                if res.missing else "")
     setup = e(str((paper.get("paper") or {}).get("setup", "")))
-    banner = _fidelity_banner(out)
+    banner = _fidelity_banner(res)
     drawn = "".join(
         f'<figure id="{e(f.name)}"><h3>{e(f.title)}</h3><img src="{e(href)}" '
         f'alt="{e(f.title)}"><figcaption>{e(f.caption)}</figcaption></figure>'
@@ -175,11 +175,10 @@ def _study_table(t: StudyTable) -> str:
     return f"<h3>{e(t.title)}</h3><table><tr>{head}</tr>{body}</table>{note}"
 
 
-def _fidelity_banner(out: Path) -> str:
+def _fidelity_banner(res: StudyResult) -> str:
     """The fidelity verdicts of every run of the study (each spec folder's bundles)."""
-    verdicts, skipped = study_verdicts(out)
-    notes = "".join(f"<p class=na>{html.escape(w)}</p>" for w in skipped)
-    return fidelity_banner([(f"{spec}/{run}", v, why) for spec, rows in verdicts.items()
+    notes = "".join(f"<p class=na>{html.escape(w)}</p>" for w in res.skipped)
+    return fidelity_banner([(f"{spec}/{run}", v, why) for spec, rows in res.verdicts.items()
                             for run, v, why in rows]) + notes
 
 

@@ -369,7 +369,12 @@ def test_study_fidelity_banner_names_linked_summaries_and_reads_none(tmp_path):
     (out / "linked-file").mkdir()
     (out / "linked-file" / "summary.parquet").symlink_to(elsewhere / "s.parquet")
     (out / "linked-dir").symlink_to(elsewhere)
-    banner = study_report._fidelity_banner(out)
+    from analysis.claim_runs import study_verdicts
+    from analysis.claims import StudyResult
+
+    verdicts, skipped = study_verdicts(out)
+    banner = study_report._fidelity_banner(StudyResult("s", "", verdicts=verdicts,
+                                                       skipped=skipped))
     assert "planted" not in banner and "x-r1" not in banner
     assert f"skipped {out / 'linked-file' / 'summary.parquet'}: a symbolic link" in banner
     assert f"skipped {out / 'linked-dir'}" in banner
