@@ -285,8 +285,45 @@ def host_interfaces(host: Any, gateways: Mapping[str, str] | None = None,
     return out
 
 
-def _read(runner: CommandRunner, host: Namespaced, argv: list[str]) -> str:
-    return runner.run(argv, host=host, record=False, check=False).stdout
+_SECTION = "@@testbed-mptcp "
+
+
+def reads_argv(**commands: str) -> list[str]:
+    """One ``sh -c`` running a few fixed read-only commands (this module's own text,
+    nothing from a spec), each output after a line naming it: a program start costs
+    0.1-0.3 s under software emulation.  `split_reads` takes it apart again."""
+    return ["sh", "-c", "; ".join(f"echo '{_SECTION}{name}'; {cmd}"
+                                  for name, cmd in commands.items())]
+
+
+def split_reads(argv: Sequence[str]) -> list[tuple[str, list[str]]] | None:
+    """The named commands of a `reads_argv` script (None: argv is not one), for a dry
+    run that answers each of them as it answers it alone (`testbed.run.dryrun`)."""
+    if len(argv) != 3 or list(argv[:2]) != ["sh", "-c"] or \
+            not argv[2].startswith(f"echo '{_SECTION}"):
+        return None
+    parts = argv[2].split("; ")
+    return [(mark.removeprefix(f"echo '{_SECTION}").removesuffix("'"), cmd.split())
+            for mark, cmd in zip(parts[::2], parts[1::2], strict=True)]
+
+
+def join_reads(outputs: Sequence[tuple[str, str]]) -> str:
+    """What a `reads_argv` script prints, given each named command's output."""
+    return "".join(f"{_SECTION}{name}\n{text}" for name, text in outputs)
+
+
+def _read(runner: CommandRunner, host: Namespaced, **commands: str) -> dict[str, str]:
+    """What each of a few fixed read-only commands printed in host, by name (one program
+    start for all: `reads_argv`)."""
+    out: dict[str, list[str]] = {name: [] for name in commands}
+    current: list[str] | None = None
+    for line in runner.run(reads_argv(**commands), host=host, record=False,
+                           check=False).stdout.splitlines():
+        if line.startswith(_SECTION):
+            current = out.get(line[len(_SECTION):].strip())
+        elif current is not None:
+            current.append(line)
+    return {name: "\n".join(lines) for name, lines in out.items()}
 
 
 # A link taken down (a schedule's outage) drops the carrier of the hosts' interfaces on
@@ -354,34 +391,38 @@ def _configure_mptcp(runner: CommandRunner, host: Namespaced, ts: TransportSetti
                      peer_multihomed: bool, primary: str | None,
                      applied: dict[str, Any]) -> None:
     """The MPTCP part of `configure_host`: path manager, scheduler; into applied."""
-    # one read answers both: the scheduler sysctl (>= 6.6) and the list it accepts (newer)
-    sched = _read(runner, host, ["sysctl", "-n", SCHEDULER_SYSCTL, AVAILABLE_SCHEDULERS]
-                  ).splitlines()
+    # the scheduler sysctl (>= 6.6) and the list it accepts (newer), and the rules
+    before = _read(runner, host, sched=f"sysctl -n {SCHEDULER_SYSCTL} {AVAILABLE_SCHEDULERS}",
+                   rules="ip rule show")
+    sched = before["sched"].splitlines()
     have_sched = bool(sched and sched[0].strip())
     avail = sched[1].split() if len(sched) > 1 else []
     steps = plan_mptcp(ts, interfaces, role, peer_multihomed, primary)
     steps += scheduler_steps(ts, have_sched, avail)
-    existing = parse_rules(_read(runner, host, ["ip", "rule", "show"]))
+    existing = parse_rules(before["rules"])
     todo = [s for s in steps
             if not (s.what == "rule" and (s.argv[4], s.argv[6]) in existing)]
-    run_steps(runner, host, todo)
-    applied["commands"] = [list(s.argv) for s in todo]
-    applied["limits"] = parse_limits(_read(runner, host, ["ip", "mptcp", "limits", "show"]))
-    applied["endpoints"] = parse_endpoints(
-        _read(runner, host, ["ip", "mptcp", "endpoint", "show"]))
+    applied["commands"] = [list(s.argv) for s in run_steps(runner, host, todo)]
     keys = ["net.mptcp.enabled", "net.ipv4.conf.all.rp_filter"]
-    values = _read(runner, host, ["sysctl", "-n", *keys]).splitlines()
+    after = _read(runner, host, limits="ip mptcp limits show",
+                  endpoints="ip mptcp endpoint show", sysctl="sysctl -n " + " ".join(keys))
+    applied["limits"] = parse_limits(after["limits"])
+    applied["endpoints"] = parse_endpoints(after["endpoints"])
+    values = after["sysctl"].splitlines()
     applied["mptcp_sysctl"] = {k: (values[i].strip() if i < len(values) else "")
                                for i, k in enumerate(keys)}
     applied["mptcp_sysctl"][SCHEDULER_SYSCTL] = sched[0].strip() if have_sched else None
 
 
-def run_steps(runner: CommandRunner, host: Namespaced, steps: Sequence[Step]) -> None:
-    """Run steps in order with few program starts: consecutive sysctl writes as one
-    ``sysctl -w``, consecutive ``ip`` commands through one ``ip -batch`` (each still
-    recorded in the transcript on its own).  A refused MPTCP limit or endpoint raises
-    `UnsupportedError`; other failures raise `CommandError`.
+def run_steps(runner: CommandRunner, host: Namespaced, steps: Sequence[Step]) -> list[Step]:
+    """Run steps with few program starts: every sysctl write first, as one ``sysctl -w``
+    (no write depends on an ``ip`` command, nor one on a sysctl), then the other steps in
+    their order, consecutive ``ip`` commands through one ``ip -batch`` (each still
+    recorded in the transcript on its own).  Returns the steps in the order they ran.  A
+    refused MPTCP limit or endpoint raises `UnsupportedError`; other failures raise
+    `CommandError`.
     """
+    steps = sorted(steps, key=lambda s: s.argv[0] != "sysctl")  # stable
     groups: list[list[Step]] = []
     for step in steps:
         if groups and groups[-1][0].argv[0] == step.argv[0]:
@@ -409,3 +450,4 @@ def run_steps(runner: CommandRunner, host: Namespaced, steps: Sequence[Step]) ->
             raise
         finally:
             shell.stop()
+    return steps

@@ -10,7 +10,10 @@ docs/architecture.md -- ``flow_id, workload, src, dst, src_addr, dst_addr, sport
 protocol, size_bytes, bytes, start, end, fct_s, error`` -- plus:
 
 * ``bytes_received``: bytes the server saw (TCP/MPTCP: reported back by the server
-  before it closes; UDP: null here, see the sink's log);
+  before it closes; for a flow that ended with the run while data was still queued,
+  which is then reset rather than drained after the run, what the server had read by
+  then, from its log; UDP: null here, see the sink's log);
+* ``note``: why a flow that ended normally lacks something (that reset, say);
 * ``t_connected``: when ``connect()`` returned; ``duration_s``, ``rate_bps``, ``cc``,
   ``via``, ``bind_addr``;
 * MPTCP only: ``mptcp_token`` (hex, as ``ss`` prints it, joins ``samples/cwnd.jsonl``),

@@ -29,7 +29,7 @@ from pathlib import Path
 from testbed.core.commands import CommandRunner
 from testbed.core.recording import RecordingRunner
 from testbed.core.transcript import Transcript, TranscriptEntry
-from testbed.host.mptcp import AVAILABLE_SCHEDULERS, SCHEDULER_SYSCTL
+from testbed.host.mptcp import AVAILABLE_SCHEDULERS, SCHEDULER_SYSCTL, join_reads, split_reads
 from testbed.host.transport import AVAILABLE_CC
 from testbed.machine.kernel import KernelFacts
 from testbed.results.bundle import Bundle
@@ -63,6 +63,9 @@ class SystemAnswers:
         self.bridges_asked = False
 
     def __call__(self, argv: list[str], where: str, input: str | None) -> str:
+        reads = split_reads(argv)  # a few reads in one program start: each answered
+        if reads is not None:
+            return join_reads([(name, self(cmd, where, None)) for name, cmd in reads])
         if argv[:1] == ["sysctl"]:
             return self._sysctl(argv[1:], where)
         if argv[:1] == ["modprobe"] and argv[-1].startswith("tcp_"):

@@ -13,11 +13,13 @@ from testbed.host.mptcp import (
     alias_address,
     configure_host,
     endpoint_argv,
+    join_reads,
     parse_endpoints,
     parse_limits,
     parse_rules,
     plan_mptcp,
     scheduler_steps,
+    split_reads,
 )
 from testbed.plan.transport import TransportSettings
 from testbed.spec.model import Transport
@@ -163,6 +165,11 @@ class FakeIp:
 
     def run(self, argv, host=None, check=True, record=True, **_kw) -> Result:
         argv = list(argv)
+        reads = split_reads(argv)  # several reads in one program start
+        if reads is not None:
+            out = join_reads([(name, self.run(cmd, host=host, check=False).stdout)
+                              for name, cmd in reads])
+            return Result(argv, 0, out, "", 0.0)
         self.calls.append(argv)
         out, rc = "", 0
         if argv == ["ip", "rule", "show"]:
@@ -248,6 +255,13 @@ def test_configure_host_batches_ip_commands_and_sysctls() -> None:
     assert ip.batched == ip_cmds and ip.stopped >= 1   # all through the batch shell
     singles = [a for a in ip.calls if a[0] == "ip" and a not in ip.batched]
     assert all(a[-1] == "show" for a in singles)        # only reads run on their own
+    # every MPTCP sysctl write in one program start (not one before and one after the
+    # limits), before the ip commands; the reads before and after in one start each
+    writes = [a for a in ip.calls if a[:3] == ["sysctl", "-q", "-w"]]
+    assert writes[-1][3:] == ["net.mptcp.enabled=1", "net.ipv4.conf.all.rp_filter=2"]
+    assert applied["commands"][:2] == [["sysctl", "-q", "-w", "net.mptcp.enabled=1"],
+                                       ["sysctl", "-q", "-w", "net.ipv4.conf.all.rp_filter=2"]]
+    assert ip.calls.index(writes[-1]) < ip.calls.index(ip_cmds[0])
     assert applied["mptcp_sysctl"]["net.mptcp.enabled"] == "1"
 
 
@@ -263,7 +277,30 @@ def test_configure_host_reads_scheduler_and_its_list_in_one_go() -> None:
     applied = configure_host(ip, Host(), TransportSettings(protocol="mptcp",
                                                            scheduler="blest"), CLIENT)
     assert applied["mptcp_sysctl"]["net.mptcp.scheduler"] == "default"  # fake: as read
-    assert ["sysctl", "-q", "-w", "net.mptcp.scheduler=blest"] in ip.calls
+    (mptcp_writes,) = [a for a in ip.calls if a[:3] == ["sysctl", "-q", "-w"]
+                       and "net.mptcp.enabled=1" in a]  # the MPTCP sysctls in one write
+    assert "net.mptcp.scheduler=blest" in mptcp_writes
     with pytest.raises(UnsupportedError, match="available: default blest"):
         configure_host(FakeIp(have_scheduler=True), Host(),
                        TransportSettings(protocol="mptcp", scheduler="nope"), CLIENT)
+
+
+def test_reads_in_one_program_start_come_apart_as_they_went_in() -> None:
+    """`reads_argv` runs a few reads in one ``sh -c``; `split_reads` gives back each named
+    command (what a dry run answers one by one) and `_read` each output by its name, an
+    empty one and a missing one included."""
+    from testbed.host.mptcp import _read, reads_argv
+
+    argv = reads_argv(limits="ip mptcp limits show", sysctl="sysctl -n a.b c.d")
+    assert split_reads(argv) == [("limits", ["ip", "mptcp", "limits", "show"]),
+                                 ("sysctl", ["sysctl", "-n", "a.b", "c.d"])]
+    assert split_reads(["sh", "-c", "echo hi"]) is None
+    assert split_reads(["ip", "rule", "show"]) is None
+
+    class Answers:
+        def run(self, argv, **_kw) -> Result:
+            text = join_reads([("limits", ""), ("sysctl", "1\n2\n")])
+            return Result(argv, 0, text, "", 0.0)
+
+    got = _read(Answers(), Host(), limits="x", sysctl="y", gone="z")
+    assert got == {"limits": "", "sysctl": "1\n2", "gone": ""}

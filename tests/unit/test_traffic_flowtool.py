@@ -156,9 +156,33 @@ def test_a_run_long_flow_on_a_stalled_path_ends_with_the_run(monkeypatch) -> Non
         # the listener accepts into its backlog but never reads: the data stays queued
         rec = flowclient.run_stream_flow(flow(port, flow_id="forever"), stop)
         took = time.time() - t
+        # ... and it was reset, not left to drain after the run: the server's end of the
+        # connection holds the data that reached it, then the reset
+        conn, _ = lsn.accept()
+        with conn, pytest.raises(ConnectionResetError):
+            while conn.recv(1 << 20):
+                pass
     assert rec["error"] is None and rec["bytes_received"] is None and rec["bytes"] > 0
-    assert "ended with the run" in rec["note"] and rec["fct_s"] is None
+    assert rec["note"] == ("ended with the run with data still queued: reset, not drained; "
+                           "no byte count from the server") and rec["fct_s"] is None
     assert took < flowsockets.REPLY_GRACE_S / 2
+
+
+def test_a_run_long_flow_with_nothing_queued_gets_the_count_and_is_not_reset(
+        server, monkeypatch) -> None:
+    """A flow the run's end finds with nothing queued (a slow sender) is closed normally:
+    the server's count comes back within the grace, the flow has no note."""
+    stop = threading.Event()
+
+    def trickle(s, flow_, rec, stop_) -> None:  # a few bytes, then wait for the end
+        rec["bytes"] = s.send(b"x" * 1000)
+        stop_.wait(5)
+
+    monkeypatch.setattr(flowclient, "_send_stream", trickle)
+    threading.Timer(0.3, stop.set).start()
+    rec = flowclient.run_stream_flow(flow(server[0], flow_id="slow"), stop)
+    assert rec["error"] is None and rec["note"] is None, rec
+    assert rec["bytes_received"] == rec["bytes"] == 1000
 
 
 def test_the_grace_for_the_servers_count_starts_when_the_run_stops(monkeypatch) -> None:
@@ -212,3 +236,40 @@ def test_a_connection_still_receiving_when_the_run_stops_writes_its_record(
     assert not t.is_alive()
     (rec,) = read_records((tmp_path / "srv.jsonl").read_text())
     assert rec["error"] == "interrupted" and rec["bytes"] > 0 and rec["t_first"] is not None
+    sender.join(timeout=5)
+    assert not sender.is_alive()  # the server reset the connection: sending failed
+
+
+def test_the_server_resets_a_connection_the_run_ends(tmp_path: Path) -> None:
+    """An MPTCP connection still sending when the server stops is reset (MP_FASTCLOSE: the
+    sender's next send fails), not closed gracefully: the kernel would then go on taking
+    the sender's data after the run (TCP resets by itself when it closes with data
+    unread; MPTCP does not, so this is what the reset is for)."""
+    try:
+        socket.socket(socket.AF_INET, socket.SOCK_STREAM, flowsockets.IPPROTO_MPTCP).close()
+    except OSError as exc:
+        pytest.skip(f"no MPTCP in this kernel: {exc}")
+    port = free_port()
+    stop = threading.Event()
+    log = flowsockets.JsonLines(str(tmp_path / "srv.jsonl"))
+    ready = io.StringIO()
+    t = threading.Thread(target=flowserver.serve, args=("127.0.0.1", port, "mptcp", log,
+                                                      stop, ready), daemon=True)
+    t.start()
+    deadline = time.time() + 5
+    while "listening" not in ready.getvalue() and time.time() < deadline:
+        time.sleep(0.01)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM, flowsockets.IPPROTO_MPTCP) as c:
+        c.connect(("127.0.0.1", port))
+        c.sendall(b"x" * 1000)
+        time.sleep(0.2)
+        stop.set()
+        t.join(timeout=5)
+        log.close()
+        c.settimeout(2)  # not reset: the sends go on until the window fills, then time out
+        with pytest.raises((ConnectionResetError, BrokenPipeError)):
+            for _ in range(100):
+                c.sendall(b"x" * 65536)
+                time.sleep(0.01)
+    (rec,) = read_records((tmp_path / "srv.jsonl").read_text())
+    assert rec["error"] == "interrupted" and rec["bytes"] >= 1000

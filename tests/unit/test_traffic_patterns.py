@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import pytest
 from testbed.core.errors import InputError
 from testbed.host.traffic.flows import (
     FLOWTOOL_MAIN,
+    NO_COUNT,
     assign_ports,
     client_argv,
     merge_records,
@@ -121,6 +123,27 @@ def test_merge_gives_every_flow_a_record() -> None:
     out = merge_records(fl, recs, {"a": -9, "b": 0})
     assert [r["flow_id"] for r in out] == ["i-1", "i-0"]
     assert out[1]["error"] == "no record: the flow-tool client on a exited with -9"
+
+
+def test_merge_takes_a_reset_flows_byte_count_from_the_servers_log() -> None:
+    """A flow that ended with the run and was reset has no count from the server in its
+    record; merging finds its connection in the server's log by address and ports."""
+    fl = patterns.incast("i", ["a", "b"], "c", 100)
+    fl = [dataclasses.replace(f, dport=5001) for f in fl]
+    note = "ended with the run with data still queued: reset, not drained" + NO_COUNT
+    recs = [{"flow_id": "i-0", "start": 1.0, "error": None, "src_addr": "10.0.0.1",
+             "sport": 40000, "dport": 5001, "bytes_received": None, "note": note},
+            {"flow_id": "i-1", "start": 2.0, "error": None, "src_addr": "10.0.0.2",
+             "sport": 40000, "dport": 5001, "bytes_received": None, "note": note}]
+    served = [{"event": "flow", "peer_addr": "10.0.0.1", "peer_port": 40000,
+               "local_port": 5001, "bytes": 1234, "error": "interrupted"},
+              {"event": "flow", "peer_addr": "10.0.0.2", "peer_port": 40000,
+               "local_port": 5002, "bytes": 99, "error": None}]  # another server's
+    a, b = merge_records(fl, recs, {}, served)
+    assert a["bytes_received"] == 1234
+    assert a["note"] == ("ended with the run with data still queued: reset, not drained; "
+                         "bytes_received from the server's log")
+    assert b["bytes_received"] is None and b["note"] == note
 
 
 def test_read_records_skips_torn_lines() -> None:

@@ -24,16 +24,19 @@ from testbed.host.traffic.flowsockets import (
     Interrupted,
     JsonLines,
     mptcp_info,
+    reset_on_close,
     socket_protocol,
 )
 from testbed.plan.flowspec import FlowSpec, base_record
 
 TCP_CONGESTION = getattr(socket, "TCP_CONGESTION", 13)
 CONNECT_TIMEOUT_S = 30.0
-# a flow "until the run ends" (no size, no duration) ends normally with the run; its data
-# still queued in the send buffer may take long on a slow link (a handover to 384 kbit/s
-# held ~400 KB: 10 s), so its byte count is waited for only this long
-RUN_END_GRACE_S = 1.0
+# a flow "until the run ends" (no size, no duration) ends normally with the run.  With
+# nothing queued, the server's byte count comes back within a round trip of the run's
+# end; with data still queued in the send buffer (nearly always: a handover to 384 kbit/s
+# held ~400 KB, 10 s of it) the connection is reset after this wait instead of draining
+# after the run, and the count comes from the server's log (`FlowRun.collect`)
+RUN_END_GRACE_S = 0.25
 
 
 def _wait_until(t: float, stop: threading.Event) -> None:
@@ -98,6 +101,7 @@ def run_stream_flow(flow: FlowSpec, stop: threading.Event) -> dict[str, Any]:
     rec = base_record(flow)
     rec["start"] = time.time()
     s = None
+    cut = False  # the run's end cut it short: reset, not drained (`reset_on_close`)
     try:
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket_protocol(flow.protocol))
         if flow.cc:
@@ -120,9 +124,9 @@ def run_stream_flow(flow: FlowSpec, stop: threading.Event) -> dict[str, Any]:
             try:
                 reply = _read_reply(s, stop, RUN_END_GRACE_S)
             except Interrupted:  # not an error: the count is in the server's log
-                reply = b""
-                rec["note"] = ("ended with the run; data still queued, so no byte count "
-                               "from the server")
+                reply, cut = b"", True
+                rec["note"] = ("ended with the run with data still queued: reset, not "
+                               "drained; no byte count from the server")
         else:
             reply = _read_reply(s, stop)
             rec["end"] = time.time()
@@ -135,7 +139,7 @@ def run_stream_flow(flow: FlowSpec, stop: threading.Event) -> dict[str, Any]:
         elif "note" not in rec:
             rec["error"] = "server closed without reporting its byte count"
     except Interrupted:
-        rec["error"] = "interrupted"
+        rec["error"], cut = "interrupted", True
     except OSError as exc:
         rec["error"] = f"{type(exc).__name__}: {exc}"
     finally:
@@ -144,6 +148,8 @@ def run_stream_flow(flow: FlowSpec, stop: threading.Event) -> dict[str, Any]:
         if rec["error"] is not None:
             rec["fct_s"] = None
         if s is not None:
+            if cut:
+                reset_on_close(s)
             with contextlib.suppress(OSError):
                 s.close()
     return rec

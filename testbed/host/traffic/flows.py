@@ -112,13 +112,22 @@ def assign_ports(flows: Sequence[FlowSpec], base_port: int = 5001
     return out, servers
 
 
+NO_COUNT = "; no byte count from the server"  # the end of the client's note (`flowclient`)
+
+
 def merge_records(flows: Sequence[FlowSpec], records: Sequence[dict[str, Any]],
-                  exit_codes: Mapping[str, int | None]) -> list[dict[str, Any]]:
+                  exit_codes: Mapping[str, int | None],
+                  server_records: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
     """Exactly one record per flow: the client's, or a synthesized failure.
 
-    exit_codes: source host -> its client's exit status (None: still running/killed).
+    exit_codes: source host -> its client's exit status (None: still running/killed);
+    server_records: what the servers logged (`FlowRun.server_records`): a flow that ended
+    with the run without the server's byte count (reset with data queued) takes
+    ``bytes_received`` from its connection's line there (bytes the server had read).
     """
     by_id = {r.get("flow_id"): r for r in records}
+    served = {(r.get("peer_addr"), r.get("peer_port"), r.get("local_port")): r
+              for r in server_records if r.get("event") == "flow"}
     out = []
     for f in flows:
         rec = by_id.get(f.flow_id)
@@ -126,6 +135,12 @@ def merge_records(flows: Sequence[FlowSpec], records: Sequence[dict[str, Any]],
             rec = base_record(f)
             rec["error"] = (f"no record: the flow-tool client on {f.src} exited with "
                             f"{exit_codes.get(f.src)}")
+        note = rec.get("note")
+        srv = served.get((rec.get("src_addr"), rec.get("sport"), rec.get("dport")))
+        if rec.get("bytes_received") is None and isinstance(note, str) \
+                and note.endswith(NO_COUNT) and srv is not None:
+            rec["bytes_received"] = srv.get("bytes")
+            rec["note"] = note.removesuffix(NO_COUNT) + "; bytes_received from the server's log"
         out.append(rec)
     return sorted(out, key=lambda r: (r.get("start") or float("inf"), str(r["flow_id"])))
 
@@ -274,7 +289,7 @@ class FlowRun:
             if path.exists():
                 records += read_records(path.read_text())
         codes = {src: p.popen.poll() for src, p in self._clients.items()}
-        merged = merge_records(self.flows, records, codes)
+        merged = merge_records(self.flows, records, codes, self.server_records())
         with open(self.samples_dir / "flows.jsonl", "a") as f:
             for rec in merged:
                 f.write(json.dumps(rec, sort_keys=True) + "\n")

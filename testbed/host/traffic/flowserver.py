@@ -25,6 +25,7 @@ from testbed.host.traffic.flowsockets import (
     Interrupted,
     JsonLines,
     mptcp_info,
+    reset_on_close,
     socket_protocol,
 )
 
@@ -62,8 +63,9 @@ def _serve_conn(conn: socket.socket, peer: tuple, protocol: str, log: JsonLines,
             rec.update(mptcp_info(conn))
         conn.settimeout(REPLY_GRACE_S)
         conn.sendall(struct.pack("!Q", n))
-    except Interrupted:
+    except Interrupted:  # the run is over: nothing more is read, nor drained after it
         rec["error"] = "interrupted"
+        reset_on_close(conn)
     except OSError as exc:
         rec["error"] = f"{type(exc).__name__}: {exc}"
     finally:

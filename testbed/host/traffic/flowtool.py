@@ -29,8 +29,10 @@ What each emits:
   (which holds t0); then one record per flow (see `testbed.plan.flowspec`) appended to
   ``--out`` as each flow ends; on SIGTERM/SIGINT unfinished flows are written with
   ``error = "interrupted"`` (flows without a size or duration end normally then: their
-  byte count is waited for `flowclient.RUN_END_GRACE_S`, else ``bytes_received`` stays
-  null and ``note`` says why), so every flow gets a record.  UDP flows are CBR: ``rate_bps``
+  byte count is waited for `flowclient.RUN_END_GRACE_S`, else the connection is reset
+  and ``note`` says so; `FlowRun.collect` then takes ``bytes_received`` from the server's
+  log), so every flow gets a record.  A connection cut short by the run's end, at
+  either end, is reset, not drained after the run.  UDP flows are CBR: ``rate_bps``
   counts UDP payload bits; each payload starts with a sequence number and send time (16
   bytes) when it fits.
 
