@@ -261,6 +261,7 @@ def write_report(directory: str | Path, extra_sections: Sequence[Section] = (),
     sections = [s for s in base if s is not warnings_section] + list(extra_sections) + \
         [warnings_section]
     page = render(ctx, sections)
+    ctx.remove_stale_figures()
     if warnings is not None:
         warnings.extend(w for w in ctx.warnings if w.startswith(("skipped ", "figures not",
                                                          "summary.parquet is stale",

@@ -44,6 +44,18 @@ class ReportContext:
     warnings: list[str] = field(default_factory=list)
     paper: list[dict[str, Any]] = field(default_factory=list)
     figure_dir: Path | None = None
+    saved: set[str] = field(default_factory=set)  # figure files this render wrote
+
+    def remove_stale_figures(self) -> None:
+        """Remove the PNG and SVG files in figure_dir that this render did not write (an
+        earlier render's, of a sweep point or metric no longer drawn); a link among them
+        goes as a link, never followed, and nothing else is touched."""
+        if self.figure_dir is None or not self.figure_dir.is_dir():
+            return
+        for old in self.figure_dir.iterdir():
+            if old.suffix in (".png", ".svg") and old.name not in self.saved \
+                    and not old.is_dir():
+                old.unlink(missing_ok=True)
 
     def spec(self) -> dict[str, Any]:
         """The parsed spec ({} when absent or unreadable)."""
@@ -83,7 +95,7 @@ def figure(ctx: ReportContext, fig: Figure, name: str, caption: str) -> str:
         base = ctx.figure_dir / figure_file_name(name)
         if base.parent != ctx.figure_dir:  # cannot happen with the name above; be sure
             raise ReportInputError(f"figure name {name!r} leaves {ctx.figure_dir}")
-        plots.save(fig, base, svg)
+        ctx.saved.update(p.name for p in plots.save(fig, base, svg))
     svg = svg[svg.find("<svg"):]
     return f'<figure class="fig" id="fig-{esc(name)}">{svg}' \
            f'<figcaption>{esc(caption)}</figcaption></figure>'

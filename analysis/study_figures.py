@@ -200,7 +200,11 @@ def cwnd_with_path(cwnd: pd.DataFrame, flows: pd.DataFrame) -> pd.DataFrame:
 
 
 def write_figures(figures: Sequence[StudyFigure], out: Path) -> list[tuple[StudyFigure, str]]:
-    """Save each figure as out/report-figures/<name>.png; (figure, relative href) each."""
+    """Save each figure as out/report-figures/<name>.png; (figure, relative href) each.
+
+    A PNG an earlier render left there that this one does not draw (a study that draws
+    fewer figures now) is removed, so the folder holds exactly the report's figures; a
+    link among them is removed as a link, never followed, and nothing else is touched."""
     folder = out / FIGURES_DIR
     why = safefiles.check(out, folder, "dir")
     if why not in (None, "missing"):  # a link planted there would take the figures away
@@ -213,4 +217,8 @@ def write_figures(figures: Sequence[StudyFigure], out: Path) -> list[tuple[Study
         data = plots.to_png(f.figure)
         atomic_write(png, lambda p, data=data: p.write_bytes(data))
         written.append((f, f"{FIGURES_DIR}/{png.name}"))
+    drawn = {f"{f.name}.png" for f in figures}
+    for old in folder.iterdir():
+        if old.suffix == ".png" and old.name not in drawn and not old.is_dir():
+            old.unlink(missing_ok=True)
     return written

@@ -153,3 +153,24 @@ def test_a_linked_figures_folder_is_refused_and_nothing_written_through_it(tmp_p
         write_figures([], out)
     (out / FIGURES_DIR).unlink()
     assert write_figures([], out) == [] and (out / FIGURES_DIR).is_dir()
+
+
+def test_figures_an_earlier_render_left_are_removed_and_nothing_else(tmp_path):
+    """A render that draws fewer figures than the last one leaves only its own PNGs in
+    ``report-figures``; a link named like a figure goes as a link (its target stays), and
+    files that are not PNGs stay."""
+    from analysis.study_figures import FIGURES_DIR, StudyFigure, axes, write_figures
+
+    out = tmp_path / "study-out"
+    folder = out / FIGURES_DIR
+    folder.mkdir(parents=True)
+    (folder / "old-figure.png").write_bytes(b"stale")
+    (folder / "notes.txt").write_text("mine")
+    target = tmp_path / "precious.png"
+    target.write_bytes(b"keep")
+    (folder / "linked.png").symlink_to(target)
+    fig, _ax = axes("kept", "x", "y")
+    written = write_figures([StudyFigure("kept", "Kept", "a caption", fig)], out)
+    assert [href for _f, href in written] == [f"{FIGURES_DIR}/kept.png"]
+    assert sorted(p.name for p in folder.iterdir()) == ["kept.png", "notes.txt"]
+    assert target.read_bytes() == b"keep"

@@ -212,6 +212,17 @@ def test_real_two_run_sweep_report_names_values_and_marks_fidelity(tmp_path: Pat
     assert "1 run per bar, no interval" in page and "with fidelity not ok" in page
     png = out.with_name("r-figures") / "throughput_bps_mean-vs-workload_0.png"
     assert png.read_bytes()[:4] == b"\x89PNG"
+    # a second render leaves exactly its own figures: one an earlier render drew that this
+    # one does not is removed (a link among them as a link), other files stay
+    folder = png.parent
+    drawn = sorted(p.name for p in folder.iterdir())
+    assert len(drawn) == 2 * page.count("<svg")  # a PNG and an SVG of each
+    (folder / "gone-vs-workload_0.png").write_bytes(b"stale")
+    (folder / "gone-vs-workload_0.svg").symlink_to(tmp_path / "r.html")
+    (folder / "notes.txt").write_text("mine")
+    report.write_report(d, out=tmp_path / "r.html")
+    assert sorted(p.name for p in folder.iterdir()) == sorted([*drawn, "notes.txt"])
+    assert (tmp_path / "r.html").is_file()
 
 
 def test_a_sweep_report_reads_the_bundles_not_a_stale_summary(tmp_path: Path):
