@@ -47,12 +47,41 @@ def test_state_argv_passes_keys_as_arguments_and_runs_in_a_shell():
     assert argv[:2] == ["sh", "-c"] and argv[-2:] == ["net.mptcp.enabled",
                                                        "net.ipv4.tcp_rmem"]
     assert "net.mptcp" not in argv[2]  # never spliced into the script
-    # the script runs: sections come out in order even where ip(8) lacks mptcp
+    # the script runs (here, read-only): sections come out in order, the ip(8) reads in
+    # one batch, each told from the next by the loopback device's line
     out = subprocess.run([*argv[:3], "x"], capture_output=True, text=True,
                          env={"PATH": os.environ.get("PATH", "") + ":/usr/sbin:/sbin"})
     marks = [ln for ln in out.stdout.splitlines() if ln.startswith("@@testbed-hoststate")]
-    assert [m.split()[1] for m in marks] == ["limits", "endpoints", "rules", "routes",
-                                             "addresses"]
+    assert [m.split()[1] for m in marks] == ["ip", "addresses"]
+    st = parse_state(out.stdout)
+    rules = subprocess.run(["ip", "rule", "show"], capture_output=True, text=True).stdout
+    routes = subprocess.run(["ip", "route", "show", "table", "all"], capture_output=True,
+                            text=True).stdout
+    assert st.rules == [" ".join(r.split()) for r in rules.splitlines() if r.strip()]
+    assert st.routes == [" ".join(w for w in r.split() if w != "linkdown")
+                         for r in routes.splitlines() if r.strip()]
+    assert any(a.startswith("lo inet 127.0.0.1/") for a in st.addresses)
+    assert not any("link/loopback" in x or ": lo: <" in x
+                   for x in [*st.rules, *st.routes, *st.endpoints])
+
+
+def test_the_ip_batch_section_splits_at_the_loopback_lines():
+    """What the one ``ip -batch`` prints: limits, endpoints (none here), rules and
+    routes, each followed by ``link show dev lo``'s two lines."""
+    lo = ("1: lo: <LOOPBACK,UP,LOWER_UP> mtu 65536 qdisc noqueue state UNKNOWN mode DEFAULT\n"
+          "    link/loopback 00:00:00:00:00:00 brd 00:00:00:00:00:00\n")
+    text = ("net.mptcp.enabled = 1\n@@testbed-hoststate ip\n"
+            "add_addr_accepted 0 subflows 2 \n" + lo + lo +
+            "0:\tfrom all lookup local\n101:\tfrom 10.0.1.1 lookup 101\n"
+            "32766:\tfrom all lookup main\n" + lo +
+            "default via 10.0.1.254 dev client-eth0 table 101 \n"
+            "10.0.1.0/24 dev client-eth0 proto kernel scope link src 10.0.1.1 \n" + lo +
+            "@@testbed-hoststate addresses\n"
+            "2: client-eth0    inet 10.0.1.1/24 brd 10.0.1.255 scope global client-eth0\n")
+    st, old = parse_state(text), parse_state(TEXT)
+    assert (st.limits, st.endpoints, st.rules, st.routes) == \
+        (old.limits, old.endpoints, old.rules, old.routes)
+    assert st.addresses == ["client-eth0 inet 10.0.1.1/24"]
 
 
 def test_a_run_that_changed_nothing_needs_nothing():
