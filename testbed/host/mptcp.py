@@ -285,7 +285,7 @@ def host_interfaces(host: Any, gateways: Mapping[str, str] | None = None,
     return out
 
 
-_SECTION = "@@testbed-mptcp "
+_SECTION = "@@testbed-mptcp "  # a line of `reads_argv` output naming the read after it
 
 
 def reads_argv(**commands: str) -> list[str]:
@@ -313,8 +313,7 @@ def join_reads(outputs: Sequence[tuple[str, str]]) -> str:
 
 
 def _read(runner: CommandRunner, host: Namespaced, **commands: str) -> dict[str, str]:
-    """What each of a few fixed read-only commands printed in host, by name (one program
-    start for all: `reads_argv`)."""
+    """What each of a few fixed read-only commands printed in host, by name (`reads_argv`)."""
     out: dict[str, list[str]] = {name: [] for name in commands}
     current: list[str] | None = None
     for line in runner.run(reads_argv(**commands), host=host, record=False,
@@ -392,8 +391,8 @@ def _configure_mptcp(runner: CommandRunner, host: Namespaced, ts: TransportSetti
                      applied: dict[str, Any]) -> None:
     """The MPTCP part of `configure_host`: path manager, scheduler; into applied."""
     # the scheduler sysctl (>= 6.6) and the list it accepts (newer), and the rules
-    before = _read(runner, host, sched=f"sysctl -n {SCHEDULER_SYSCTL} {AVAILABLE_SCHEDULERS}",
-                   rules="ip rule show")
+    before = _read(runner, host, rules="ip rule show",
+                   sched=f"sysctl -n {SCHEDULER_SYSCTL} {AVAILABLE_SCHEDULERS}")
     sched = before["sched"].splitlines()
     have_sched = bool(sched and sched[0].strip())
     avail = sched[1].split() if len(sched) > 1 else []
@@ -406,9 +405,8 @@ def _configure_mptcp(runner: CommandRunner, host: Namespaced, ts: TransportSetti
     keys = ["net.mptcp.enabled", "net.ipv4.conf.all.rp_filter"]
     after = _read(runner, host, limits="ip mptcp limits show",
                   endpoints="ip mptcp endpoint show", sysctl="sysctl -n " + " ".join(keys))
-    applied["limits"] = parse_limits(after["limits"])
+    applied["limits"], values = parse_limits(after["limits"]), after["sysctl"].splitlines()
     applied["endpoints"] = parse_endpoints(after["endpoints"])
-    values = after["sysctl"].splitlines()
     applied["mptcp_sysctl"] = {k: (values[i].strip() if i < len(values) else "")
                                for i, k in enumerate(keys)}
     applied["mptcp_sysctl"][SCHEDULER_SYSCTL] = sched[0].strip() if have_sched else None
@@ -419,8 +417,7 @@ def run_steps(runner: CommandRunner, host: Namespaced, steps: Sequence[Step]) ->
     (no write depends on an ``ip`` command, nor one on a sysctl), then the other steps in
     their order, consecutive ``ip`` commands through one ``ip -batch`` (each still
     recorded in the transcript on its own).  Returns the steps in the order they ran.  A
-    refused MPTCP limit or endpoint raises `UnsupportedError`; other failures raise
-    `CommandError`.
+    refused MPTCP limit or endpoint raises `UnsupportedError`, other failures `CommandError`.
     """
     steps = sorted(steps, key=lambda s: s.argv[0] != "sysctl")  # stable
     groups: list[list[Step]] = []
