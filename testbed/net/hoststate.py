@@ -151,7 +151,8 @@ def parse_state(text: str) -> HostState:
             continue
         if line.strip():
             parts.setdefault(current, []).append(" ".join(line.split()))
-    parts.update(_split_ip(parts.pop("ip", [])) if "ip" in parts else {})
+    if "ip" in parts:  # the ip(8) reads' one batch, split into their sections
+        parts.update(_split_ip(parts.pop("ip")))
     limit_words = " ".join(parts.get("limits", [])).split()
     # "linkdown" says the interface has no carrier (a schedule took its link down):
     # link state, which `Network.begin_run` restores, not a route the run added
